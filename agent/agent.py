@@ -1,0 +1,241 @@
+"""The agent's loop: poll the master, apply its actions, report every change at once.
+
+Two threads talk to the master. The poller long-polls (`wait` = --poll-wait) so new work arrives
+without delay; the reporter sends an immediate `wait: 0` poll whenever the runtime says an
+allocation started or exited, because the long poll may be parked on the master for seconds.
+Both apply the actions of their reply; actions are idempotent, so a duplicate is harmless.
+The agent keeps no state the master cannot rebuild: what runs is what the runtime reports.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any
+
+from agent import __version__
+from agent.client import AgentClient, Backoff
+from agent.devices import Slot, sample_stats
+from agent.logs import LogShipper
+from agent.modeldef import ModelDefCache
+from agent.runtime import EXITED, Runtime
+from harness.api import DetError, Forbidden, Unauthenticated
+
+log = logging.getLogger(__name__)
+
+
+class FatalAgentError(Exception):
+    """The agent cannot work at all (e.g. the master rejects its token)."""
+
+
+class Agent:
+    """One agent: slots, a runtime, and the conversation with the master."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        client: AgentClient,
+        runtime: Runtime,
+        shipper: LogShipper,
+        model_defs: ModelDefCache,
+        slots: list[Slot],
+        resource_pool: str = "default",
+        poll_wait: float = 20.0,
+        hostname: str | None = None,
+    ) -> None:
+        self.agent_id = agent_id
+        self.client = client
+        self.runtime = runtime
+        self.shipper = shipper
+        self.model_defs = model_defs
+        self.slots = slots
+        self.resource_pool = resource_pool
+        self.poll_wait = poll_wait
+        self.hostname = hostname or socket.gethostname()
+        self.stopping = threading.Event()
+        self.fatal: str | None = None
+        self.polls = 0  # successful polls, for tests and logs
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle --
+
+    def start(self) -> None:
+        """Start the poller and the reporter threads."""
+        for target, name in ((self._poll_loop, "poller"), (self._report_loop, "reporter")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        """Ask the agent to shut down (signal handlers call this; it returns at once)."""
+        self.stopping.set()
+
+    def serve(self) -> int:
+        """Run until stop() (or a fatal error), then shut down. Returns the exit status."""
+        self.start()
+        while not self.stopping.wait(0.5):
+            pass
+        self.shutdown()
+        return 2 if self.fatal else 0
+
+    def shutdown(self, final_poll_timeout: float = 5.0) -> None:
+        """Kill every allocation (gracefully), ship their logs, report their exits, stop."""
+        self.stopping.set()
+        self.client.abort.set()  # other threads' retry loops give up now
+        running = [a["id"] for a in self.runtime.states() if a["state"] != EXITED]
+        if running:
+            log.info("shutting down: stopping %d allocation(s)", len(running))
+        if not self.runtime.shutdown():
+            log.warning("some allocations did not exit in time")
+        self.shipper.close(timeout=final_poll_timeout)
+        if self.fatal is None:
+            try:
+                self._poll(wait=0.0, deadline=time.monotonic() + final_poll_timeout)
+            except DetError as e:
+                log.warning("could not report the final state to the master: %s", e)
+        log.info("stopped")
+
+    # -- polling --
+
+    def payload(self, wait: float) -> dict[str, Any]:
+        """The poll body: who we are, our slots with fresh stats, every allocation we have."""
+        try:
+            stats = sample_stats(self.slots)
+        except Exception as e:  # statistics are nice to have; never worth a missed heartbeat
+            log.debug("cannot sample slot stats: %s", e)
+            stats = [{} for _ in self.slots]
+        return {
+            "resource_pool": self.resource_pool,
+            "version": __version__,
+            "runtime": self.runtime.name,
+            "hostname": self.hostname,
+            "slots": [{**slot, "stats": st} for slot, st in zip(self.slots, stats, strict=True)],
+            "allocations": self.runtime.states(),
+            "wait": wait,
+        }
+
+    def _poll(self, wait: float, deadline: float | None = None) -> dict[str, Any]:
+        body = self.payload(wait)
+        reply = self.client.poll(body, deadline=deadline)
+        self.polls += 1
+        # The master has now seen these exits: the agent may let go of them.
+        for alloc in body["allocations"]:
+            if alloc["state"] == EXITED:
+                self.runtime.forget(alloc["id"])
+        return reply
+
+    def _poll_loop(self) -> None:
+        backoff = Backoff(first=1.0, cap=10.0)
+        registered = False
+        while not self.stopping.is_set():
+            try:
+                reply = self._poll(self.poll_wait)
+            except (Unauthenticated, Forbidden) as e:
+                if not registered:
+                    self.fatal = (
+                        f"the master at {self.client.master_url} rejected the agent token: {e}"
+                    )
+                    log.error("%s", self.fatal)
+                    self.stop()
+                    return
+                log.error("the master rejected a poll: %s", e)
+                self.stopping.wait(backoff.next())
+                continue
+            except DetError as e:
+                if self.stopping.is_set():
+                    return
+                log.error("poll failed: %s", e)
+                self.stopping.wait(backoff.next())
+                continue
+            except Exception:
+                log.exception("unexpected error while polling")
+                self.stopping.wait(backoff.next())
+                continue
+            if not registered:
+                log.info("registered with the master at %s", self.client.master_url)
+                registered = True
+            backoff.reset()
+            self.apply(reply)
+            interval = _float(reply.get("poll_interval"))
+            if interval > 0:
+                self.stopping.wait(interval)
+
+    def _report_loop(self) -> None:
+        changed = self.runtime.changed
+        while not self.stopping.is_set():
+            if not changed.wait(0.5):
+                continue
+            changed.clear()
+            time.sleep(0.02)  # coalesce a burst of changes into one poll
+            if self.stopping.is_set():
+                return
+            if any(a["state"] == EXITED for a in self.runtime.states()):
+                # Deliver the trial's last lines before the master hears that it ended.
+                self.shipper.flush(timeout=5.0)
+            try:
+                reply = self._poll(0.0)
+            except DetError as e:
+                if not self.stopping.is_set():
+                    log.warning("cannot report a state change (will retry): %s", e)
+                    changed.set()
+                    self.stopping.wait(1.0)
+                continue
+            except Exception:
+                log.exception("unexpected error while reporting")
+                changed.set()
+                self.stopping.wait(1.0)
+                continue
+            self.apply(reply)
+
+    # -- actions --
+
+    def apply(self, reply: dict[str, Any]) -> None:
+        """Carry out a poll reply's actions; a bad action is logged, never fatal."""
+        for action in reply.get("actions") or []:
+            try:
+                kind = action.get("type")
+                if kind == "start":
+                    self._start(action["spec"])
+                elif kind == "kill":
+                    aid = str(action["allocation_id"])
+                    if any(a["id"] == aid and a["state"] != EXITED for a in self.runtime.states()):
+                        log.info("kill %s", aid)
+                    self.runtime.kill(aid)
+                else:
+                    log.warning("ignoring unknown action %r", kind)
+            except Exception:
+                log.exception("cannot apply action %r", action)
+
+    def _start(self, spec: dict[str, Any]) -> None:
+        aid = str(spec["allocation_id"])
+        if self.stopping.is_set() or not self.runtime.reserve(aid):
+            log.debug("start %s: already known, ignored", aid)
+            return
+        log.info("start %s (trial %s)", aid, spec.get("trial_id"))
+        threading.Thread(
+            target=self._launch, args=(spec,), name=f"launch-{aid}", daemon=True
+        ).start()
+
+    def _launch(self, spec: dict[str, Any]) -> None:
+        """Download the model definition and start the allocation, off the polling threads."""
+        aid = str(spec["allocation_id"])
+        try:
+            path = self.model_defs.fetch(spec)
+        except Exception as e:
+            self.runtime.fail(aid, 1, f"cannot fetch the model definition: {e}")
+            return
+        try:
+            self.runtime.start(spec, path)
+        except Exception as e:
+            log.exception("allocation %s failed to start", aid)
+            self.runtime.fail(aid, 1, f"the agent failed to start the trial: {e}")
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0

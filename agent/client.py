@@ -1,0 +1,151 @@
+"""The agent's calls to the master, retried through outages.
+
+The master can restart or vanish for a while; the agent must outlive that without crashing and
+without flooding its log, so transient failures are retried with capped exponential backoff and
+logged once per outage. Errors the master means (4xx) are raised at once: retrying cannot fix them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
+
+from harness.api import APIError, MasterUnreachable, Session
+from harness.api._session import API_PREFIX
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# The long poll may hold the request up to `wait` seconds; allow this much on top before giving up.
+POLL_SLACK_S = 15.0
+DOWNLOAD_TIMEOUT_S = 300.0
+
+
+class Backoff:
+    """Capped exponential delays between retries: 0.2 s, 0.4 s, ... up to 5 s."""
+
+    def __init__(self, first: float = 0.2, cap: float = 5.0) -> None:
+        self.first = first
+        self.cap = cap
+        self._delay = first
+
+    def next(self) -> float:
+        delay = self._delay
+        self._delay = min(self._delay * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self._delay = self.first
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether retrying later may succeed: network trouble, 5xx, 429, or a garbled reply."""
+    if isinstance(err, MasterUnreachable):
+        return True
+    if isinstance(err, APIError):
+        return err.status >= 500 or err.status == 429
+    return isinstance(err, ValueError)  # a 200 whose body is not JSON (proxy page, cut off)
+
+
+class AgentClient:
+    """poll / ship_logs / download_model_def for one agent, over the shared `Session`.
+
+    `abort` ends every retry loop (shutdown): the call raises its last error instead of waiting.
+    A call given a `deadline` (time.monotonic()) retries until then and ignores `abort`, so the
+    agent's last poll during shutdown still gets its chance.
+    """
+
+    def __init__(
+        self, session: Session, agent_id: str, abort: threading.Event | None = None
+    ) -> None:
+        self.session = session
+        self.agent_id = agent_id
+        self.abort = abort or threading.Event()
+        self._base = f"/agents/{quote(agent_id, safe='')}"
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+
+    @property
+    def master_url(self) -> str:
+        return self.session.master
+
+    def poll(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
+        """POST /agents/{id}/poll; returns the reply ({"actions": [...], "poll_interval": s})."""
+        timeout = float(payload.get("wait") or 0) + POLL_SLACK_S
+        reply = self._retry(
+            "poll",
+            lambda: self.session.post(f"{self._base}/poll", json=payload, timeout=timeout),
+            deadline,
+        )
+        return reply if isinstance(reply, dict) else {}
+
+    def ship_logs(self, lines: list[dict[str, Any]], *, deadline: float | None = None) -> None:
+        """POST /agents/{id}/logs with one batch of log lines."""
+        self._retry(
+            "ship logs",
+            lambda: self.session.post(f"{self._base}/logs", json={"logs": lines}),
+            deadline,
+        )
+
+    def download_model_def(self, url: str, *, deadline: float | None = None) -> bytes:
+        """GET the experiment's model definition (.tar.gz bytes) from `model_def_url`."""
+        path = api_path(url)
+        return self._retry(
+            "download model definition",
+            lambda: self.session.request("GET", path, timeout=DOWNLOAD_TIMEOUT_S).content,
+            deadline,
+        )
+
+    def _retry(self, what: str, fn: Callable[[], T], deadline: float | None) -> T:
+        backoff = Backoff()
+        while True:
+            try:
+                result = fn()
+            except Exception as e:
+                if not is_transient(e):
+                    raise
+                self._note_down(what, e)
+                delay = backoff.next()
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise
+                    time.sleep(min(delay, remaining))
+                elif self.abort.is_set() or self.abort.wait(delay):
+                    raise
+                continue
+            self._note_up()
+            return result
+
+    def _note_down(self, what: str, err: BaseException) -> None:
+        with self._lock:
+            first = self._down_since is None
+            if first:
+                self._down_since = time.monotonic()
+        if first:
+            log.warning("master unreachable (%s): %s; retrying in the background", what, err)
+
+    def _note_up(self) -> None:
+        with self._lock:
+            since, self._down_since = self._down_since, None
+        if since is not None:
+            log.info("master reachable again after %.1f s", time.monotonic() - since)
+
+
+def api_path(url: str) -> str:
+    """A model_def_url (absolute, or a path with or without /api/v1) as a Session path.
+
+    The host part is ignored on purpose: the agent reaches the master at the URL it was given.
+    """
+    parts = urlsplit(url)
+    path = parts.path or "/"
+    if path.startswith(API_PREFIX + "/"):
+        path = path[len(API_PREFIX) :]
+    if parts.query:
+        path += "?" + parts.query
+    return path

@@ -1,0 +1,272 @@
+"""`det-agent`: join a detlab cluster and run its trials on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from agent import __version__
+from agent.agent import Agent
+from agent.client import AgentClient
+from agent.devices import discover_slots
+from agent.logs import LogShipper
+from agent.modeldef import ModelDefCache
+from agent.runtime import Runtime, RuntimeContext
+from harness.api import Session
+
+log = logging.getLogger("agent")
+
+DEFAULT_MASTER = "http://127.0.0.1:8080"
+TOKEN_FILE = "agent_token"
+RUNTIMES = ("auto", "docker", "process")
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("DET_DATA_DIR") or Path.home() / ".local" / "share" / "detlab")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="det-agent", description="Run a detlab cluster's trials on this machine."
+    )
+    p.add_argument(
+        "--master",
+        default=os.environ.get("DET_MASTER") or DEFAULT_MASTER,
+        help="master URL (default: $DET_MASTER or %(default)s)",
+    )
+    p.add_argument("--agent-id", default=None, help="this agent's id (default: the hostname)")
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        metavar="N",
+        help="offer N artificial CPU slots (default: one slot per GPU, else one CPU slot)",
+    )
+    p.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default=os.environ.get("DET_AGENT_RUNTIME") or "auto",
+        help="how trials run: docker (a container per trial), process (local processes), or "
+        "auto: docker when the Docker engine answers, else process (default: "
+        "$DET_AGENT_RUNTIME or auto)",
+    )
+    p.add_argument(
+        "--container-master-url",
+        default=os.environ.get("DET_CONTAINER_MASTER_URL") or None,
+        metavar="URL",
+        help="docker: the master's URL as seen from inside a container (default: the --master "
+        "URL with host networking; with another network, a loopback host is replaced by the "
+        "network's gateway)",
+    )
+    p.add_argument(
+        "--container-network",
+        default="host",
+        metavar="NETWORK",
+        help="docker: the containers' network: host (default), bridge, or a network's name",
+    )
+    p.add_argument(
+        "--container-memory-limit",
+        default=os.environ.get("DET_CONTAINER_MEMORY_LIMIT") or None,
+        metavar="SIZE",
+        help="docker: the most memory one trial container may use, e.g. 32g (default: no "
+        "limit); a trial going over it is OOM-killed and the trial log says so",
+    )
+    p.add_argument(
+        "--keep-failed-containers",
+        type=int,
+        default=3,
+        metavar="N",
+        help="docker: keep the newest N failed containers for debugging (default: 3)",
+    )
+    p.add_argument("--resource-pool", default="default", help="resource pool to join")
+    p.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="default: $DET_DATA_DIR or "
+        "~/.local/share/detlab (where a local master writes the agent token)",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="trial working directories (default: <data-dir>/agent-<id>)",
+    )
+    p.add_argument(
+        "--kill-grace",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="SIGTERM to SIGKILL delay when stopping a trial (default: 10)",
+    )
+    p.add_argument(
+        "--poll-wait",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="long-poll wait (default: 20)",
+    )
+    p.add_argument(
+        "--log-level",
+        default=os.environ.get("DET_LOG_LEVEL", "INFO"),
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        type=str.upper,
+    )
+    p.add_argument("--version", action="version", version=f"det-agent {__version__}")
+    args = p.parse_args(argv)
+    if args.slots is not None and args.slots < 1:
+        p.error("--slots must be at least 1")
+    if args.keep_failed_containers < 0:
+        p.error("--keep-failed-containers must not be negative")
+    if args.kill_grace < 0 or args.poll_wait < 0:
+        p.error("--kill-grace and --poll-wait must not be negative")
+    args.agent_id = args.agent_id or socket.gethostname()
+    args.data_dir = (args.data_dir or default_data_dir()).expanduser()
+    args.work_dir = (args.work_dir or args.data_dir / f"agent-{args.agent_id}").expanduser()
+    return args
+
+
+def read_token(data_dir: Path) -> str | None:
+    """The cluster's agent token: $DET_AGENT_TOKEN, else the file a local master wrote."""
+    token = os.environ.get("DET_AGENT_TOKEN", "").strip()
+    if token:
+        return token
+    try:
+        return (data_dir / TOKEN_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def make_runtime(name: str, ctx: RuntimeContext, docker_options: Any = None) -> Runtime:
+    """The runtime named by --runtime. `auto` is docker when the engine answers, else process
+    (with a log line that says why). Raises for `docker` when the engine cannot be used."""
+    if name in ("docker", "auto"):
+        try:
+            from agent.runtime.docker import DockerRuntime, DockerUnavailable
+        except ImportError as e:  # pragma: no cover - the SDK is a dependency
+            if name == "docker":
+                raise
+            log.info("runtime auto: the docker runtime cannot load (%s): using process", e)
+        else:
+            try:
+                return DockerRuntime(ctx, docker_options)
+            except DockerUnavailable as e:
+                if name == "docker":
+                    raise
+                log.info("runtime auto: %s; using the process runtime", e)
+    if name in ("process", "auto"):
+        from agent.runtime.process import ProcessRuntime
+
+        return ProcessRuntime(ctx)
+    raise ValueError(f"unknown runtime {name!r}")
+
+
+def docker_options(args: argparse.Namespace) -> Any:
+    from agent.runtime.docker import DockerOptions
+
+    return DockerOptions(
+        container_master_url=args.container_master_url,
+        network=args.container_network,
+        keep_failed=args.keep_failed_containers,
+        memory_limit=args.container_memory_limit,
+    )
+
+
+def setup_logging(level: str, agent_id: str) -> None:
+    logging.basicConfig(
+        level=level,
+        format=f"%(asctime)s %(levelname)s [agent {agent_id}] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setup_logging(args.log_level, args.agent_id)
+
+    token = read_token(args.data_dir)
+    if not token:
+        print(
+            "det-agent: no agent token: set DET_AGENT_TOKEN to the cluster's agent token, or run "
+            f"on the master's machine where it is written to {args.data_dir / TOKEN_FILE} "
+            "(see --data-dir)",
+            file=sys.stderr,
+        )
+        return 2
+
+    keep = os.environ.get("DET_AGENT_KEEP_WORKDIRS", "") == "1"
+    try:
+        slots = discover_slots(args.slots)
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as e:
+        print(f"det-agent: {e}", file=sys.stderr)
+        return 2
+
+    session = Session(args.master, token)
+    client = AgentClient(session, args.agent_id)
+    shipper = LogShipper(client).start()
+    ctx = RuntimeContext(
+        work_dir=args.work_dir,
+        master_url=session.master,
+        agent_id=args.agent_id,
+        slots=slots,
+        log_sink=shipper.add,
+        kill_grace=args.kill_grace,
+        keep_workdirs=keep,
+    )
+    try:
+        runtime = make_runtime(args.runtime, ctx, docker_options(args))
+    except Exception as e:  # e.g. the Docker daemon is unreachable
+        print(f"det-agent: cannot start the {args.runtime} runtime: {e}", file=sys.stderr)
+        return 2
+
+    agent = Agent(
+        agent_id=args.agent_id,
+        client=client,
+        runtime=runtime,
+        shipper=shipper,
+        model_defs=ModelDefCache(args.work_dir / "cache", client),
+        slots=slots,
+        resource_pool=args.resource_pool,
+        poll_wait=args.poll_wait,
+    )
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if agent.stopping.is_set():
+            # A second signal: the user will not wait for the grace. Trials die with us
+            # (PR_SET_PDEATHSIG) and the master restarts them elsewhere.
+            log.warning("received %s again: exiting now", name)
+            os._exit(1)
+        log.info("received %s: stopping trials (send it again to exit at once)", name)
+        agent.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    slot_desc = ", ".join(f"{s['type']}{s['index']} {s['name']}" for s in slots)
+    log.info(
+        "det-agent %s: master %s, pool %r, runtime %s, slots: %s, work dir %s",
+        __version__,
+        session.master,
+        args.resource_pool,
+        runtime.name,
+        slot_desc,
+        args.work_dir,
+    )
+    rc = agent.serve()
+    if agent.fatal:
+        print(f"det-agent: {agent.fatal}", file=sys.stderr)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

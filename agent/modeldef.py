@@ -1,0 +1,94 @@
+"""Model definitions: downloaded once per experiment, cached, and extracted safely.
+
+Every trial of an experiment runs the same model directory, so the agent fetches the tarball
+once per (experiment, sha256) and keeps a few in `<work-dir>/cache/`. Extraction uses tarfile's
+"data" filter: a tarball is user input and must not write outside the trial's directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tarfile
+import threading
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class ModelDefError(Exception):
+    """The model definition could not be fetched, verified or extracted."""
+
+
+class Downloader(Protocol):
+    def download_model_def(self, url: str) -> bytes: ...
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:80] or "x"
+
+
+class ModelDefCache:
+    """Fetches model definitions through `client`, at most once per (experiment, sha256)."""
+
+    def __init__(self, cache_dir: Path, client: Downloader, keep: int = 16) -> None:
+        self.cache_dir = Path(cache_dir)
+        self.client = client
+        self.keep = keep
+        self._lock = threading.Lock()
+        self._key_locks: dict[str, threading.Lock] = {}
+
+    def _key_lock(self, name: str) -> threading.Lock:
+        with self._lock:
+            return self._key_locks.setdefault(name, threading.Lock())
+
+    def fetch(self, spec: dict[str, Any]) -> Path | None:
+        """The local path of the spec's model definition, or None when it has none."""
+        url = spec.get("model_def_url")
+        if not url:
+            return None
+        sha = str(spec.get("model_def_sha256") or "").lower()
+        exp = _safe_name(str(spec.get("experiment_id", "unknown")))
+        name = f"exp-{exp}-{_safe_name(sha) if sha else 'nosha'}.tar.gz"
+        path = self.cache_dir / name
+        with self._key_lock(name):
+            if path.is_file():
+                os.utime(path)  # most recently used: keep it when pruning
+                return path
+            data = self.client.download_model_def(url)
+            if sha and hashlib.sha256(data).hexdigest() != sha:
+                raise ModelDefError(
+                    f"model definition from {url} does not match its sha256 "
+                    f"(expected {sha}, got {hashlib.sha256(data).hexdigest()})"
+                )
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+            log.info("cached model definition %s (%d bytes)", name, len(data))
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        try:
+            files = sorted(
+                (p for p in self.cache_dir.glob("exp-*.tar.gz") if p.is_file()),
+                key=lambda p: p.stat().st_mtime,
+                reverse=True,
+            )
+            for old in files[self.keep :]:
+                old.unlink(missing_ok=True)
+        except OSError as e:
+            log.debug("cannot prune the model definition cache: %s", e)
+
+
+def extract_model_def(tar_path: Path, dest: Path) -> None:
+    """Extract a model-definition .tar.gz into `dest`, refusing anything that escapes it."""
+    try:
+        with tarfile.open(tar_path, "r:*") as tar:
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise ModelDefError(f"cannot extract the model definition: {e}") from e

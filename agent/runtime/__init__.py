@@ -1,0 +1,220 @@
+"""What a runtime is: the thing that turns a StartSpec into a running trial and reports on it.
+
+`process` (local processes) lives in process.py; a Docker runtime slots in as docker.py with the
+same constructor (a `RuntimeContext`) and the same methods. The bookkeeping every runtime needs
+(allocation records, idempotence, the change event, the poll's `allocations` format) is here, so
+a runtime only implements launching and killing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+RUNNING = "RUNNING"
+EXITED = "EXITED"
+
+# (allocation_id, stream "stdout"|"stderr", line)
+LogSink = Callable[[str, str, str], None]
+
+AGENT_LINE_PREFIX = "[det-agent] "
+SHUTDOWN_REASON = "killed because det-agent is shutting down"
+
+
+@dataclass
+class RuntimeContext:
+    """What every runtime needs to know about the agent it runs in."""
+
+    work_dir: Path
+    master_url: str
+    agent_id: str
+    slots: list[dict[str, Any]]
+    log_sink: LogSink
+    kill_grace: float = 10.0
+    keep_workdirs: bool = False
+
+
+@dataclass
+class Allocation:
+    """One allocation as the agent sees it. Reported RUNNING from the moment it is accepted
+    (pid null while the model definition downloads) until it has EXITED."""
+
+    id: str
+    state: str = RUNNING
+    pid: int | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    launching: bool = False  # the runtime is creating the process/container right now
+    kill_requested: bool = False  # a kill arrived while launching; honour it once launched
+    killing: bool = False
+    kill_reason: str | None = None  # reported as `error` when the kill was the agent's own idea
+    handle: Any = None  # the runtime's own object (Popen, container)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "pid": self.pid,
+            "error": self.error,
+        }
+
+
+class Runtime(ABC):
+    """Runs allocations. Thread-safe; `changed` is set whenever an allocation changes state."""
+
+    name: ClassVar[str]
+
+    def __init__(self, ctx: RuntimeContext) -> None:
+        self.ctx = ctx
+        self.changed = threading.Event()
+        self._lock = threading.RLock()
+        self._allocs: dict[str, Allocation] = {}
+        # Ids already reported EXITED and forgotten: a late duplicate start must not rerun them.
+        self._finished: OrderedDict[str, None] = OrderedDict()
+
+    # -- the interface the agent uses --
+
+    def reserve(self, allocation_id: str) -> bool:
+        """Accept an allocation before its launch begins; False if it is already known/finished."""
+        with self._lock:
+            if allocation_id in self._allocs or allocation_id in self._finished:
+                return False
+            self._allocs[allocation_id] = Allocation(allocation_id)
+            return True
+
+    def knows(self, allocation_id: str) -> bool:
+        with self._lock:
+            return allocation_id in self._allocs or allocation_id in self._finished
+
+    @abstractmethod
+    def start(self, spec: dict[str, Any], model_def_path: Path | None) -> None:
+        """Launch the allocation (blocking until it runs or failed). Idempotent by id."""
+
+    def kill(self, allocation_id: str, reason: str | None = None) -> None:
+        """Stop an allocation: gracefully, then by force after the kill grace. Idempotent.
+
+        `reason` (e.g. the agent shutting down) becomes the exit's `error`, so the master can
+        tell a kill it asked for from one it did not."""
+        with self._lock:
+            rec = self._allocs.get(allocation_id)
+            if rec is None or rec.state == EXITED:
+                return
+            if reason and rec.kill_reason is None:
+                rec.kill_reason = reason
+            if rec.handle is None:
+                if rec.launching:
+                    rec.kill_requested = True
+                    return
+                # Not launched yet (still downloading): it never runs.
+                self._exited(rec, -9, reason or "killed before it started")
+                return
+        self._kill_launched(rec)
+
+    def states(self) -> list[dict[str, Any]]:
+        """Every allocation the agent still has, in the poll's `allocations` format."""
+        with self._lock:
+            return [rec.report() for rec in self._allocs.values()]
+
+    def forget(self, allocation_id: str) -> None:
+        """Drop an EXITED allocation once the master has seen it exit."""
+        with self._lock:
+            rec = self._allocs.get(allocation_id)
+            if rec is None or rec.state != EXITED:
+                return
+            del self._allocs[allocation_id]
+            self._finished[allocation_id] = None
+            while len(self._finished) > 10_000:
+                self._finished.popitem(last=False)
+
+    def fail(self, allocation_id: str, exit_code: int, error: str) -> None:
+        """Report that an allocation could not start; the user sees `error` in its logs."""
+        with self._lock:
+            rec = self._allocs.get(allocation_id)
+            if rec is None:
+                if allocation_id in self._finished:
+                    return
+                rec = self._allocs[allocation_id] = Allocation(allocation_id)
+            if rec.state == EXITED:
+                return
+            self._exited(rec, exit_code, error)
+        self.ctx.log_sink(allocation_id, "stderr", AGENT_LINE_PREFIX + error)
+
+    def wait_all(self, timeout: float | None = None) -> bool:
+        """Wait until every allocation has exited; False on timeout."""
+        with self._lock:
+            events = [rec.done for rec in self._allocs.values()]
+        end = None if timeout is None else time.monotonic() + timeout
+        for ev in events:
+            remaining = None if end is None else max(0.0, end - time.monotonic())
+            if not ev.wait(remaining):
+                return False
+        return True
+
+    def shutdown(self, timeout: float | None = None, reason: str = SHUTDOWN_REASON) -> bool:
+        """Kill every allocation and wait for them (default: kill grace + 10 s)."""
+        with self._lock:
+            ids = [a for a, rec in self._allocs.items() if rec.state != EXITED]
+        for aid in ids:
+            self.kill(aid, reason)
+        ok = self.wait_all(self.ctx.kill_grace + 10.0 if timeout is None else timeout)
+        self._close()
+        return ok
+
+    # -- for subclasses --
+
+    # What `_kill_launched` tells the trial's log it is stopping ("the trial", "the container").
+    stop_subject: ClassVar[str] = "the trial"
+
+    def _kill_launched(self, rec: Allocation) -> None:
+        """Stop a launched allocation (rec.handle is set) once; never blocks for the grace.
+
+        Says so in the trial's log, then `_begin_stop` sends SIGTERM (or its equivalent) and a
+        thread escalates to SIGKILL after the grace period.
+        """
+        with self._lock:
+            if rec.killing or rec.state == EXITED:
+                return
+            rec.killing = True
+            handle = rec.handle
+        if handle.exited.is_set():
+            return
+        grace = self.ctx.kill_grace
+        self.ctx.log_sink(
+            rec.id,
+            "stderr",
+            f"{AGENT_LINE_PREFIX}stopping {self.stop_subject}: SIGTERM now, "
+            f"SIGKILL after {grace:g} s",
+        )
+        self._begin_stop(rec, handle)
+
+    @abstractmethod
+    def _begin_stop(self, rec: Allocation, handle: Any) -> None:
+        """Start stopping a launched allocation; must not block for the grace."""
+
+    def _close(self) -> None:
+        """Release runtime resources after shutdown (nothing by default)."""
+        return None
+
+    def _exited(self, rec: Allocation, exit_code: int, error: str | None = None) -> None:
+        with self._lock:
+            rec.state = EXITED
+            rec.exit_code = exit_code
+            rec.error = error
+            rec.launching = False
+        rec.done.set()
+        self.changed.set()
+
+    def _running(self, rec: Allocation, pid: int | None, handle: Any) -> None:
+        with self._lock:
+            rec.pid = pid
+            rec.handle = handle
+            rec.launching = False
+        self.changed.set()

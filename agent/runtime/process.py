@@ -1,0 +1,320 @@
+"""The `process` runtime: each allocation is a local process group in its own directory.
+
+Trials run with the agent's own interpreter first on PATH (it has torch and the harness), in a
+new session so a kill reaches the whole process group, and with PR_SET_PDEATHSIG so that an agent
+killed with -9 leaves no orphans behind: the master restarts such trials elsewhere.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import importlib.util
+import logging
+import os
+import queue
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from agent.modeldef import ModelDefError, extract_model_def
+from agent.runtime import AGENT_LINE_PREFIX, EXITED, Allocation, Runtime, RuntimeContext
+
+log = logging.getLogger(__name__)
+
+# Characters that need a shell; anything else is split with shlex and exec'd directly.
+_SHELL_CHARS = frozenset("|&;<>()$`\\*?[]{}~#!\n")
+# Never hand the cluster's agent token to user code.
+_SCRUBBED_ENV = ("DET_AGENT_TOKEN",)
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _libc: Any = ctypes.CDLL(None, use_errno=True)
+    _prctl: Any = _libc.prctl if sys.platform.startswith("linux") else None
+except (OSError, AttributeError):
+    _prctl = None
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGKILL this child when the thread that forked it (the spawner) dies."""
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class _Spawner:
+    """Forks every trial from one long-lived thread.
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process; a
+    child forked by a short-lived worker thread would be killed as soon as that thread returned.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="spawner", daemon=True)
+        self._thread.start()
+
+    def popen(self, **kwargs: Any) -> subprocess.Popen[bytes]:
+        if self._closed:
+            raise OSError("the runtime is shut down")
+        future: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
+        self._queue.put((kwargs, future))
+        return future.result()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            kwargs, future = item
+            try:
+                future.set_result(subprocess.Popen(**kwargs))
+            except BaseException as e:
+                future.set_exception(e)
+
+    def close(self) -> None:
+        self._closed = True
+        self._queue.put(None)
+
+
+@dataclass
+class _Proc:
+    popen: subprocess.Popen[bytes]
+    workdir: Path
+    exited: threading.Event = field(default_factory=threading.Event)
+
+
+def build_argv(entrypoint: Any) -> list[str]:
+    """The argv for an entrypoint: exec'd directly unless it needs a shell."""
+    if isinstance(entrypoint, list | tuple):
+        argv = [str(a) for a in entrypoint]
+        if not argv:
+            raise ValueError("the experiment's entrypoint is empty")
+        return argv
+    text = str(entrypoint or "").strip()
+    if not text:
+        raise ValueError("the experiment's entrypoint is empty")
+    if any(c in _SHELL_CHARS for c in text):
+        return ["/bin/sh", "-c", text]
+    try:
+        argv = shlex.split(text)
+    except ValueError:  # unbalanced quotes: let the shell report it in its own words
+        return ["/bin/sh", "-c", text]
+    if "=" in argv[0]:  # `VAR=value cmd` is a shell assignment
+        return ["/bin/sh", "-c", text]
+    return argv
+
+
+def harness_root() -> str | None:
+    """The directory that contains the `harness` package, for the trial's PYTHONPATH."""
+    spec = importlib.util.find_spec("harness")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(Path(next(iter(spec.submodule_search_locations))).resolve().parent)
+
+
+def _user_env_vars(environment: Any, gpu: bool) -> dict[str, str]:
+    """`environment.environment_variables` in any of Determined's forms: a mapping, a list of
+    "K=V", or per-device lists `{cpu: [...], cuda: [...]}`."""
+    if not environment:
+        return {}
+    raw = environment.get("environment_variables") if isinstance(environment, dict) else None
+    if not raw:
+        return {}
+    if isinstance(raw, dict) and set(raw) <= {"cpu", "cuda", "gpu", "rocm"}:
+        raw = raw.get("cuda" if gpu else "cpu") or (raw.get("gpu") if gpu else None) or []
+    out: dict[str, str] = {}
+    if isinstance(raw, dict):
+        out = {str(k): "" if v is None else str(v) for k, v in raw.items()}
+    elif isinstance(raw, list):
+        for item in raw:
+            key, sep, value = str(item).partition("=")
+            if sep and key:
+                out[key] = value
+    return out
+
+
+def _prepend(path_var: str | None, first: list[str]) -> str:
+    parts = [p for p in first if p]
+    rest = [p for p in (path_var or "").split(os.pathsep) if p and p not in parts]
+    return os.pathsep.join(parts + rest)
+
+
+def _safe_dir_name(allocation_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", allocation_id).lstrip(".") or "allocation"
+
+
+class ProcessRuntime(Runtime):
+    """Runs each allocation as a local process group."""
+
+    name = "process"
+
+    def __init__(self, ctx: RuntimeContext) -> None:
+        super().__init__(ctx)
+        self._spawner = _Spawner()
+        self._harness_root = harness_root()
+
+    # -- environment --
+
+    def build_env(self, spec: dict[str, Any], workdir: Path) -> dict[str, str]:
+        """The trial's environment: agent env < user env vars < master's DET_* < agent's own."""
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+        slot_types = {int(s["index"]): s.get("type") for s in self.ctx.slots}
+        indexes = [int(i) for i in spec.get("slot_indexes") or []]
+        gpus = [i for i in indexes if slot_types.get(i) == "gpu"]
+        env.update(_user_env_vars(spec.get("environment"), gpu=bool(gpus)))
+        env.update(
+            {str(k): "" if v is None else str(v) for k, v in (spec.get("env") or {}).items()}
+        )
+        env["DET_MASTER"] = self.ctx.master_url
+        env["DET_AGENT_ID"] = self.ctx.agent_id
+        env.setdefault("DET_ALLOCATION_ID", str(spec["allocation_id"]))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
+        if gpus:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's numbering then matches NVML's
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PATH"] = _prepend(env.get("PATH") or os.defpath, [os.path.dirname(sys.executable)])
+        env["PYTHONPATH"] = _prepend(
+            env.get("PYTHONPATH"), [self._harness_root or "", str(workdir)]
+        )
+        return env
+
+    # -- lifecycle --
+
+    def start(self, spec: dict[str, Any], model_def_path: Path | None) -> None:
+        aid = str(spec["allocation_id"])
+        with self._lock:
+            rec = self._allocs.get(aid)
+            if rec is None:
+                if not self.reserve(aid):
+                    return
+                rec = self._allocs[aid]
+            elif rec.state == EXITED or rec.handle is not None or rec.launching:
+                return
+        workdir = self.ctx.work_dir / _safe_dir_name(aid)
+        try:
+            argv = build_argv(spec.get("entrypoint"))
+            if workdir.exists():
+                shutil.rmtree(workdir)
+            workdir.mkdir(parents=True)
+            if model_def_path is not None:
+                extract_model_def(model_def_path, workdir)
+            env = self.build_env(spec, workdir)
+        except (ModelDefError, ValueError, OSError) as e:
+            self._remove(workdir)
+            self.fail(aid, 1, f"cannot prepare allocation {aid}: {e}")
+            return
+        with self._lock:
+            if rec.state == EXITED:  # killed while we were preparing
+                self._remove(workdir)
+                return
+            rec.launching = True
+        try:
+            proc = self._spawner.popen(
+                args=argv,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as e:
+            self._remove(workdir)
+            self.fail(aid, *_start_error(spec.get("entrypoint"), argv, e))
+            return
+        handle = _Proc(proc, workdir)
+        self._running(rec, proc.pid, handle)
+        log.info("allocation %s started: pid %d: %s", aid, proc.pid, shlex.join(argv))
+        assert proc.stdout is not None and proc.stderr is not None
+        readers = [
+            threading.Thread(
+                target=self._pump, args=(aid, name, pipe), name=f"{name}-{aid}", daemon=True
+            )
+            for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr))
+        ]
+        for t in readers:
+            t.start()
+        threading.Thread(
+            target=self._wait, args=(rec, handle, readers), name=f"wait-{aid}", daemon=True
+        ).start()
+        with self._lock:
+            kill_now = rec.kill_requested
+        if kill_now:
+            self._kill_launched(rec)
+
+    def _pump(self, aid: str, stream: str, pipe: IO[bytes]) -> None:
+        """Forward one output stream line by line; a line is kept whole however long it is."""
+        try:
+            for raw in iter(pipe.readline, b""):
+                self.ctx.log_sink(aid, stream, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+        except (OSError, ValueError) as e:
+            log.debug("reading %s of %s stopped: %s", stream, aid, e)
+        finally:
+            pipe.close()
+
+    def _wait(self, rec: Allocation, handle: _Proc, readers: list[threading.Thread]) -> None:
+        code = handle.popen.wait()
+        handle.exited.set()
+        # Nothing of a trial outlives it: take down what is left of its process group.
+        _killpg(handle.popen.pid, signal.SIGKILL)
+        for t in readers:
+            t.join(timeout=5.0)
+        self._remove(handle.workdir)
+        log.info("allocation %s exited with code %d", rec.id, code)
+        with self._lock:
+            reason = rec.kill_reason
+        self._exited(rec, code, reason)
+
+    def _begin_stop(self, rec: Allocation, handle: _Proc) -> None:
+        log.info("allocation %s: SIGTERM (SIGKILL after %g s)", rec.id, self.ctx.kill_grace)
+        _killpg(handle.popen.pid, signal.SIGTERM)
+        threading.Thread(
+            target=self._escalate, args=(rec, handle), name=f"kill-{rec.id}", daemon=True
+        ).start()
+
+    def _escalate(self, rec: Allocation, handle: _Proc) -> None:
+        if handle.exited.wait(self.ctx.kill_grace):
+            return
+        self.ctx.log_sink(
+            rec.id,
+            "stderr",
+            f"{AGENT_LINE_PREFIX}the trial did not exit within {self.ctx.kill_grace:g} s "
+            "of SIGTERM: SIGKILL",
+        )
+        log.info("allocation %s: SIGKILL", rec.id)
+        _killpg(handle.popen.pid, signal.SIGKILL)
+
+    def _remove(self, workdir: Path) -> None:
+        if self.ctx.keep_workdirs:
+            return
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    def _close(self) -> None:
+        self._spawner.close()
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _start_error(entrypoint: Any, argv: list[str], err: OSError) -> tuple[int, str]:
+    """(exit code, message) for a process that could not be created, in the shell's codes."""
+    what = f"cannot start the entrypoint {entrypoint!r}"
+    if isinstance(err, FileNotFoundError):
+        where = "no such file" if "/" in argv[0] else "not found on PATH"
+        return 127, f"{what}: {argv[0]!r}: {where}"
+    if isinstance(err, PermissionError):
+        return 126, f"{what}: {argv[0]!r}: permission denied (is it executable?)"
+    return 1, f"{what}: {err}"

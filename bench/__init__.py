@@ -1,0 +1,1 @@
+"""detlab benchmarks: `python bench/run.py [NAME ...]` (see bench/README.md)."""

@@ -1,0 +1,360 @@
+"""`Client`: one typed method per route of docs/api.md, shared by the CLI, harness, TUI and agent.
+
+Methods return the JSON objects of the contract (plain dicts) unwrapped from their envelope, so
+callers never index `["experiment"]` themselves.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import tarfile
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.api._errors import MasterUnreachable
+from harness.api._session import Session
+
+logger = logging.getLogger("harness.api")
+
+JSON = dict[str, Any]
+
+TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR"})
+
+
+class Client:
+    """Typed access to the master's REST API through one `Session` (one master, one token)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @classmethod
+    def connect(cls, master: str, token: str | None = None) -> Client:
+        return cls(Session(master, token))
+
+    @property
+    def master(self) -> str:
+        return self.session.master
+
+    # ---- health and auth -------------------------------------------------------------------
+    def health(self) -> JSON:
+        return self.session.get("/health")
+
+    def login(self, username: str, password: str) -> JSON:
+        """Log in and use the new token from now on; returns `{"token", "user"}`."""
+        body = self.session.post("/auth/login", {"username": username, "password": password})
+        self.session.token = body["token"]
+        return body
+
+    def logout(self) -> None:
+        self.session.post("/auth/logout")
+        self.session.token = None
+
+    def me(self) -> JSON:
+        return self.session.get("/me")["user"]
+
+    def list_users(self) -> list[JSON]:
+        return self.session.get("/users")["users"]
+
+    def create_user(self, username: str, password: str, admin: bool = False) -> JSON:
+        body = {"username": username, "password": password, "admin": admin}
+        return self.session.post("/users", body)["user"]
+
+    def patch_user(
+        self,
+        username: str,
+        *,
+        password: str | None = None,
+        admin: bool | None = None,
+        active: bool | None = None,
+    ) -> JSON:
+        patch = {
+            k: v
+            for k, v in {"password": password, "admin": admin, "active": active}.items()
+            if v is not None
+        }
+        body = self.session.patch(f"/users/{username}", patch)
+        return body.get("user", body) if isinstance(body, dict) else {}
+
+    def change_password(self, username: str, password: str) -> JSON:
+        return self.patch_user(username, password=password)
+
+    # ---- experiments -----------------------------------------------------------------------
+    def create_experiment(
+        self, config_text: str, model_def: bytes | None = None, activate: bool = True
+    ) -> JSON:
+        """POST the YAML text (and the model dir as .tar.gz bytes) as multipart/form-data."""
+        files: dict[str, Any] = {"config": (None, config_text, "application/yaml")}
+        if model_def is not None:
+            files["model_def"] = ("model_def.tar.gz", model_def, "application/gzip")
+        resp = self.session.request(
+            "POST",
+            "/experiments",
+            files=files,
+            params={"activate": "true" if activate else "false"},
+            timeout=max(self.session.timeout, 120.0),
+        )
+        return resp.json()["experiment"]
+
+    def list_experiments(
+        self,
+        state: str | None = None,
+        user: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[JSON], int]:
+        """One page, newest first: `(experiments, total)`."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if state:
+            params["state"] = state
+        if user:
+            params["user"] = user
+        body = self.session.get("/experiments", params=params)
+        exps = body["experiments"]
+        return exps, int(body.get("total", len(exps)))
+
+    def iter_experiments(
+        self, state: str | None = None, user: str | None = None, page: int = 100
+    ) -> Iterator[JSON]:
+        """Every matching experiment, paging through the list route."""
+        offset = 0
+        while True:
+            exps, total = self.list_experiments(state, user, page, offset)
+            yield from exps
+            offset += len(exps)
+            if not exps or offset >= total:
+                return
+
+    def describe_experiment(self, exp_id: int) -> JSON:
+        """`{"experiment": Experiment, "trials": [Trial]}` in one request."""
+        return self.session.get(f"/experiments/{exp_id}")
+
+    def get_experiment(self, exp_id: int) -> JSON:
+        return self.describe_experiment(exp_id)["experiment"]
+
+    def list_experiment_trials(self, exp_id: int) -> list[JSON]:
+        return self.session.get(f"/experiments/{exp_id}/trials")["trials"]
+
+    def get_experiment_config(self, exp_id: int) -> JSON:
+        """`{"config": expanded config, "original": yaml text}`."""
+        return self.session.get(f"/experiments/{exp_id}/config")
+
+    def get_model_def(self, exp_id: int) -> bytes:
+        return self.session.request("GET", f"/experiments/{exp_id}/model_def").content
+
+    def _exp_action(self, exp_id: int, action: str) -> JSON:
+        return self.session.post(f"/experiments/{exp_id}/{action}")["experiment"]
+
+    def pause_experiment(self, exp_id: int) -> JSON:
+        return self._exp_action(exp_id, "pause")
+
+    def activate_experiment(self, exp_id: int) -> JSON:
+        return self._exp_action(exp_id, "activate")
+
+    def cancel_experiment(self, exp_id: int) -> JSON:
+        return self._exp_action(exp_id, "cancel")
+
+    def kill_experiment(self, exp_id: int) -> JSON:
+        return self._exp_action(exp_id, "kill")
+
+    # ---- trials ----------------------------------------------------------------------------
+    def get_trial(self, trial_id: int) -> JSON:
+        return self.session.get(f"/trials/{trial_id}")["trial"]
+
+    def trial_metrics(
+        self,
+        trial_id: int,
+        group: str | None = None,
+        after_steps: int | None = None,
+        limit: int | None = None,
+    ) -> list[JSON]:
+        params = {
+            k: v
+            for k, v in {"group": group, "after_steps": after_steps, "limit": limit}.items()
+            if v is not None
+        }
+        return self.session.get(f"/trials/{trial_id}/metrics", params=params)["metrics"]
+
+    def trial_logs(
+        self,
+        trial_id: int,
+        after: int = 0,
+        limit: int = 1000,
+        follow: bool = False,
+        timeout: float = 30.0,
+    ) -> JSON:
+        """One page of logs: `{"logs": [Log], "last_seq": N, "done": bool}`."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if follow:
+            params.update(follow="true", timeout=timeout)
+        http_timeout = timeout + 15.0 if follow else None
+        return self.session.get(f"/trials/{trial_id}/logs", params=params, timeout=http_timeout)
+
+    def follow_trial_logs(
+        self, trial_id: int, after: int = 0, timeout: float = 30.0, max_outage: float = 120.0
+    ) -> Iterator[JSON]:
+        """Every log line after `after`, long-polling until the master says the trial is `done`.
+
+        Rides out a master restart of up to `max_outage` seconds.
+        """
+        down_since: float | None = None
+        while True:
+            try:
+                page = self.trial_logs(trial_id, after=after, follow=True, timeout=timeout)
+            except MasterUnreachable:
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since > max_outage:
+                    raise
+                time.sleep(1.0)
+                continue
+            down_since = None
+            logs = page.get("logs") or []
+            yield from logs
+            if logs:
+                after = int(logs[-1].get("seq", after))
+            if page.get("done") and not logs:
+                return
+
+    def list_trial_checkpoints(self, trial_id: int) -> list[JSON]:
+        return self.session.get(f"/trials/{trial_id}/checkpoints")["checkpoints"]
+
+    def metric_names(self, trial_id: int) -> JSON:
+        """`{"training": [name, ...], "validation": [...]}`: the numeric metrics reported."""
+        return self.session.get(f"/trials/{trial_id}/metric-names")
+
+    def metric_series(
+        self,
+        trial_id: int,
+        group: str,
+        names: list[str] | tuple[str, ...],
+        max_points: int = 500,
+    ) -> JSON:
+        """`{"series": {name: {"steps": [...], "values": [...]}}, "downsampled": bool}`;
+        downsampled on the master (min/max per bucket)."""
+        params = {"group": group, "names": ",".join(names), "max_points": max_points}
+        return self.session.get(f"/trials/{trial_id}/metric-series", params=params)
+
+    # ---- checkpoints -----------------------------------------------------------------------
+    def list_checkpoints(
+        self, experiment_id: int | None = None, trial_id: int | None = None
+    ) -> list[JSON]:
+        params = {
+            k: v
+            for k, v in {"experiment_id": experiment_id, "trial_id": trial_id}.items()
+            if v is not None
+        }
+        return self.session.get("/checkpoints", params=params)["checkpoints"]
+
+    def get_checkpoint(self, uuid: str) -> JSON:
+        return self.session.get(f"/checkpoints/{uuid}")["checkpoint"]
+
+    def download_checkpoint(self, uuid: str, dest: str | Path) -> Path:
+        """Fetch the checkpoint as a .tar.gz from the master and unpack it into `dest`."""
+        dest = Path(dest)
+        resp = self.session.request(
+            "GET", f"/checkpoints/{uuid}/download", stream=True, timeout=300.0
+        )
+        buf = io.BytesIO()
+        for chunk in resp.iter_content(chunk_size=1 << 20):
+            buf.write(chunk)
+        buf.seek(0)
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=buf, mode="r:*") as tar:
+            tar.extractall(dest, filter="data")
+        return dest
+
+    def report_checkpoint(
+        self,
+        uuid: str,
+        trial_id: int,
+        steps_completed: int,
+        metadata: Mapping[str, Any],
+        resources: Mapping[str, int],
+        state: str = "COMPLETED",
+    ) -> JSON:
+        body = {
+            "uuid": uuid,
+            "trial_id": trial_id,
+            "steps_completed": steps_completed,
+            "metadata": dict(metadata),
+            "resources": dict(resources),
+            "state": state,
+        }
+        return self.session.post("/checkpoints", body)["checkpoint"]
+
+    # ---- job queue -------------------------------------------------------------------------
+    def job_queues(self, pool: str | None = None) -> list[JSON]:
+        """`[Pool]`, each with its `jobs` in queue order (the order the scheduler considers)."""
+        params = {"pool": pool} if pool else None
+        return self.session.get("/job-queues", params=params)["pools"]
+
+    def update_job(self, job_id: str | int, **changes: Any) -> JSON:
+        """PATCH a job: `priority`, `weight`, `resource_pool`, `ahead_of`, `behind_of`."""
+        body = {k: v for k, v in changes.items() if v is not None}
+        for key in ("ahead_of", "behind_of"):
+            if key in body:
+                body[key] = str(body[key])
+        return self.session.patch(f"/jobs/{job_id}", body)["job"]
+
+    # ---- agents ----------------------------------------------------------------------------
+    def list_agents(self) -> list[JSON]:
+        return self.session.get("/agents")["agents"]
+
+    def agent_poll(self, agent_id: str, body: Mapping[str, Any]) -> JSON:
+        """Register/heartbeat/fetch work; waits up to `body["wait"]` seconds on the master."""
+        wait = float(body.get("wait", 0) or 0)
+        return self.session.post(f"/agents/{agent_id}/poll", dict(body), timeout=wait + 30.0)
+
+    def agent_logs(self, agent_id: str, logs: list[Mapping[str, Any]]) -> int:
+        body = self.session.post(f"/agents/{agent_id}/logs", {"logs": list(logs)})
+        return int(body.get("accepted", len(logs)))
+
+    # ---- harness routes (allocation session token) ------------------------------------------
+    def report_metrics(self, trial_id: int, reports: list[Mapping[str, Any]]) -> int:
+        body = self.session.post(f"/trials/{trial_id}/metrics", {"reports": list(reports)})
+        return int(body.get("accepted", len(reports)))
+
+    def report_metrics_raw(self, trial_id: int, payload: bytes) -> int:
+        """POST an already-encoded `{"reports": [...]}` body (the metrics shipper's hot path)."""
+        resp = self.session.request(
+            "POST",
+            f"/trials/{trial_id}/metrics",
+            data=payload,
+            headers={"Content-Type": "application/json"},
+        )
+        return int(resp.json().get("accepted", 0)) if resp.content else 0
+
+    def report_trial_progress(self, trial_id: int, progress: float) -> None:
+        self.session.post(f"/trials/{trial_id}/progress", {"progress": progress})
+
+    def get_searcher_operation(self, trial_id: int) -> JSON:
+        """`{"operation": {"length": N} | None, "completed": bool}`."""
+        return self.session.get(f"/trials/{trial_id}/searcher/operation")
+
+    def complete_searcher_operation(self, trial_id: int, length: int, searcher_metric: Any) -> None:
+        body = {"length": length, "searcher_metric": searcher_metric}
+        self.session.post(f"/trials/{trial_id}/searcher/completed_operation", body)
+
+    def report_early_exit(self, trial_id: int, reason: str) -> None:
+        self.session.post(f"/trials/{trial_id}/early_exit", {"reason": reason})
+
+    def get_preemption(self, allocation_id: str, timeout: float = 30.0) -> bool:
+        """Long poll: returns at once when preempted, else after up to `timeout` seconds."""
+        body = self.session.get(
+            f"/allocations/{allocation_id}/preemption",
+            params={"timeout": timeout},
+            timeout=timeout + 15.0,
+        )
+        return bool(body.get("preempt"))
+
+    def ack_preemption(self, allocation_id: str) -> None:
+        self.session.post(f"/allocations/{allocation_id}/ack_preemption")
+
+    def rendezvous(
+        self, allocation_id: str, body: Mapping[str, Any], timeout: float = 60.0
+    ) -> JSON:
+        return self.session.post(
+            f"/allocations/{allocation_id}/rendezvous", dict(body), timeout=timeout
+        )

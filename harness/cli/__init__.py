@@ -1,0 +1,1 @@
+"""The `det` command line (`harness.cli.main:main`)."""

@@ -1,0 +1,91 @@
+"""Pack a model directory into the `.tar.gz` the master stores (`experiment create`)."""
+
+from __future__ import annotations
+
+import fnmatch
+import io
+import os
+import tarfile
+from pathlib import Path
+
+from harness.cli._common import CliError, size
+
+MAX_MODEL_DEF_BYTES = 96 * 1024 * 1024  # the master's default max_model_def_bytes
+ALWAYS_SKIPPED = frozenset({".git", "__pycache__", ".venv"})
+DETIGNORE = ".detignore"
+
+
+def read_detignore(root: Path) -> list[str]:
+    """Patterns of `.detignore` (gitignore-like: `#` comments, `dir/`, `/anchored`, globs)."""
+    try:
+        text = (root / DETIGNORE).read_text()
+    except OSError:
+        return []
+    return [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def is_ignored(rel: str, is_dir: bool, patterns: list[str]) -> bool:
+    name = rel.rsplit("/", 1)[-1]
+    for pat in patterns:
+        dir_only = pat.endswith("/")
+        pat = pat.rstrip("/")
+        if dir_only and not is_dir:
+            continue
+        if "/" in pat:  # anchored at the model directory
+            if fnmatch.fnmatch(rel, pat.lstrip("/")):
+                return True
+        elif fnmatch.fnmatch(name, pat):
+            return True
+    return False
+
+
+def collect(root: Path) -> list[tuple[Path, str]]:
+    """`(path, relative name)` of every file and directory to pack, sorted."""
+    patterns = read_detignore(root)
+    out: list[tuple[Path, str]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        rel_here = here.relative_to(root).as_posix()
+        prefix = "" if rel_here == "." else rel_here + "/"
+        keep = []
+        for d in sorted(dirnames):
+            rel = prefix + d
+            if d in ALWAYS_SKIPPED or is_ignored(rel, True, patterns):
+                continue
+            keep.append(d)
+            out.append((here / d, rel))
+        dirnames[:] = keep
+        for f in sorted(filenames):
+            rel = prefix + f
+            if not is_ignored(rel, False, patterns):
+                out.append((here / f, rel))
+    return out
+
+
+def build_model_def(model_dir: str | Path, limit: int | None = None) -> bytes:
+    """The `.tar.gz` bytes of `model_dir`; refuses (CliError) to exceed `limit` compressed."""
+    limit = MAX_MODEL_DEF_BYTES if limit is None else limit
+    root = Path(model_dir)
+    if not root.is_dir():
+        raise CliError(f"model directory {model_dir} does not exist or is not a directory")
+    entries = collect(root)
+    raw = sum(p.lstat().st_size for p, _ in entries if not p.is_dir())
+
+    def too_large(compressed: int) -> CliError:
+        return CliError(
+            f"model directory {model_dir} is too large: {size(raw)} in {len(entries)} entries "
+            f"(at least {size(compressed)} compressed), over the {size(limit)} limit for a "
+            f"model definition; add data sets, checkpoints and other large files to "
+            f"{root / DETIGNORE}"
+        )
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+        for path, rel in entries:
+            tar.add(path, arcname=rel, recursive=False)
+            if buf.tell() > limit:
+                raise too_large(buf.tell())
+    data = buf.getvalue()
+    if len(data) > limit:
+        raise too_large(len(data))
+    return data

@@ -1,0 +1,61 @@
+"""`det checkpoint list|download`."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+from harness.cli._common import Cli, add_json_flag, print_json, print_table, size, when
+
+
+def list_checkpoints(cli: Cli, args: argparse.Namespace) -> int:
+    ckpts = cli.client().list_checkpoints(experiment_id=args.experiment, trial_id=args.trial)
+    if args.json:
+        print_json(cli, ckpts)
+        return 0
+    print_table(
+        cli,
+        ckpts,
+        [
+            ("UUID", "uuid"),
+            ("TRIAL", "trial_id"),
+            ("STEPS", "steps_completed"),
+            ("STATE", "state"),
+            ("SIZE", lambda c: size(c.get("size"))),
+            ("REPORTED", lambda c: when(c.get("reported_at"))),
+        ],
+    )
+    return 0
+
+
+def download(cli: Cli, args: argparse.Namespace) -> int:
+    """Copy straight from shared storage when this machine sees it, else via the master."""
+    client = cli.client()
+    dest = Path(args.output or Path("checkpoints") / args.uuid)
+    ckpt = client.get_checkpoint(args.uuid)
+    storage = ckpt.get("storage") or {}
+    src = Path(storage["path"]) if storage.get("path") else None
+    if storage.get("type", "shared_fs") == "shared_fs" and src is not None and src.is_dir():
+        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+    else:
+        client.download_checkpoint(args.uuid, dest)
+    cli.out.write(f"Downloaded checkpoint {args.uuid} to {dest}\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("checkpoint", help="list and download checkpoints")
+    s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    x = s.add_parser("list", aliases=["ls"], help="checkpoints of an experiment or a trial")
+    g = x.add_mutually_exclusive_group(required=True)
+    g.add_argument("--experiment", "-e", type=int, metavar="ID")
+    g.add_argument("--trial", "-t", type=int, metavar="ID")
+    add_json_flag(x)
+    x.set_defaults(func=list_checkpoints)
+
+    x = s.add_parser("download", help="fetch a checkpoint's files")
+    x.add_argument("uuid", metavar="UUID")
+    x.add_argument("-o", "--output", metavar="DIR", help="default: ./checkpoints/UUID")
+    x.set_defaults(func=download)

@@ -1,0 +1,263 @@
+"""`det experiment ...`: create (validate, pack, submit, follow), list, describe, control, logs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.api.client import Client
+from harness.cli._common import (
+    Cli,
+    CliError,
+    add_json_flag,
+    percent,
+    print_fields,
+    print_json,
+    print_table,
+    when,
+)
+from harness.cli._follow import LogTail, follow_experiment, print_log_line
+from harness.cli._modeldef import build_model_def
+
+
+def validate_config_text(text: str) -> dict:
+    """Validate locally (same schema as the master) so mistakes fail before any upload."""
+    try:
+        from master import expconf
+    except ImportError:  # a CLI-only install: the master validates anyway
+        import yaml
+
+        try:
+            return yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:
+            raise CliError(f"invalid YAML: {e}") from e
+    try:
+        return expconf.validate_experiment_config(expconf.load_yaml(text))
+    except expconf.ConfigError as e:
+        raise CliError(f"{e.path}: {e.message}" if e.path else e.message) from e
+
+
+def create(cli: Cli, args: argparse.Namespace) -> int:
+    try:
+        text = Path(args.config).read_text()
+    except OSError as e:
+        raise CliError(f"cannot read {args.config}: {e.strerror or e}") from e
+    validate_config_text(text)
+    model_def = build_model_def(args.model_dir)
+    client = cli.client()
+    exp = client.create_experiment(text, model_def, activate=not args.paused)
+    cli.out.write(f"Created experiment {exp['id']}\n")
+    cli.out.flush()
+    if not args.follow:
+        return 0
+    return 0 if follow_experiment(client, exp["id"]) == "COMPLETED" else 1
+
+
+EXP_COLUMNS = [
+    ("ID", "id"),
+    ("NAME", "name"),
+    ("STATE", "state"),
+    ("PROGRESS", lambda e: percent(e.get("progress"))),
+    ("TRIALS", "num_trials"),
+    ("BEST", "best_validation"),
+    ("OWNER", "owner"),
+    ("POOL", "resource_pool"),
+    ("CREATED", lambda e: when(e.get("created_at"))),
+    ("ENDED", lambda e: when(e.get("ended_at"))),
+]
+
+TRIAL_COLUMNS = [
+    ("ID", "id"),
+    ("STATE", lambda t: t.get("display_state") or t.get("state")),
+    ("STEPS", "steps_completed"),
+    ("TARGET", "searcher_target"),
+    ("PROGRESS", lambda t: percent(t.get("progress"))),
+    ("BEST", "best_validation"),
+    ("LATEST", "latest_validation"),
+    ("RESTARTS", "restarts"),
+    ("CHECKPOINT", "latest_checkpoint"),
+    ("HPARAMS", "hparams"),
+]
+
+
+def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
+    client = cli.client()
+    user = None if args.all else client.me()["username"]
+    exps = list(client.iter_experiments(state=args.state, user=user))
+    if args.json:
+        print_json(cli, exps)
+    else:
+        print_table(cli, exps, EXP_COLUMNS)
+    return 0
+
+
+def describe(cli: Cli, args: argparse.Namespace) -> int:
+    detail = cli.client().describe_experiment(args.id)
+    if args.json:
+        print_json(cli, detail)
+        return 0
+    exp = detail["experiment"]
+    exp = {
+        **exp,
+        "progress": percent(exp.get("progress")),
+        "created_at": when(exp.get("created_at")),
+        "ended_at": when(exp.get("ended_at")),
+    }
+    print_fields(
+        cli,
+        exp,
+        [
+            ("ID", "id"),
+            ("Name", "name"),
+            ("Description", "description"),
+            ("State", "state"),
+            ("Owner", "owner"),
+            ("Progress", "progress"),
+            ("Trials", "num_trials"),
+            ("Searcher metric", "searcher_metric"),
+            ("Smaller is better", "smaller_is_better"),
+            ("Best trial", "best_trial_id"),
+            ("Best validation", "best_validation"),
+            ("Resource pool", "resource_pool"),
+            ("Created", "created_at"),
+            ("Ended", "ended_at"),
+        ],
+    )
+    cli.out.write("\n")
+    lengths = _rung_lengths(detail["experiment"].get("config") or {})
+    trials = [
+        {
+            **t,
+            "rung": lengths.index(t["searcher_target"]) + 1
+            if t.get("searcher_target") in lengths and len(lengths) > 1
+            else None,
+        }
+        for t in detail.get("trials") or []
+    ]
+    columns = list(TRIAL_COLUMNS)
+    if any(t["rung"] for t in trials):
+        columns.insert(2, ("RUNG", "rung"))
+    print_table(cli, trials, columns)
+    return 0
+
+
+def preview_search(cli: Cli, args: argparse.Namespace) -> int:
+    """What the search will run, computed locally from the config: nothing is submitted."""
+    try:
+        text = Path(args.config).read_text()
+    except OSError as e:
+        raise CliError(f"cannot read {args.config}: {e}") from None
+    config = validate_config_text(text)
+    from master.searcher.preview import preview
+
+    result = preview(config)
+    if args.json:
+        print_json(cli, result)
+        return 0
+    unit = result.get("unit", "batches")
+    cli.out.write(
+        f"Searcher {result['searcher']}: {result['trials']} trial(s), "
+        f"{result['total_length']} {unit} of training in all (at most)\n"
+    )
+    if result.get("grid_size") is not None:
+        cli.out.write(f"Grid: {result['grid_size']} point(s)\n")
+    brackets = result.get("brackets") or [{"rungs": result.get("rungs") or []}]
+    for i, bracket in enumerate(brackets, start=1):
+        if len(brackets) > 1:
+            cli.out.write(f"\nBracket {i} ({bracket.get('trials', '?')} trials)\n")
+        else:
+            cli.out.write("\n")
+        rows = [
+            {"rung": n, "length": r["length"], "trials": r["trials"]}
+            for n, r in enumerate(bracket.get("rungs") or [], start=1)
+        ]
+        print_table(
+            cli, rows, [("RUNG", "rung"), (f"LENGTH ({unit})", "length"), ("TRIALS", "trials")]
+        )
+    return 0
+
+
+def _rung_lengths(config: dict) -> list[int]:
+    try:
+        from master.searcher.preview import preview
+
+        lengths = sorted({r["length"] for r in preview(config).get("rungs") or []})
+    except Exception:  # an old or odd config: the column just stays empty
+        return []
+    return lengths
+
+
+def _action(name: str, past: str):  # noqa: ANN202 - returns a handler
+    def handler(cli: Cli, args: argparse.Namespace) -> int:
+        exp = getattr(cli.client(), f"{name}_experiment")(args.id)
+        cli.out.write(f"{past} experiment {args.id} (now {exp.get('state')})\n")
+        return 0
+
+    return handler
+
+
+def logs(cli: Cli, args: argparse.Namespace) -> int:
+    client = cli.client()
+    if args.follow:
+        state = follow_experiment(client, args.id, show_progress=False, show_states=False)
+        return 0 if state == "COMPLETED" else 1
+    print_all_experiment_logs(client, args.id)
+    return 0
+
+
+def print_all_experiment_logs(client: Client, exp_id: int) -> None:
+    trials = client.list_experiment_trials(exp_id)
+    tail = LogTail(client, print_log_line)
+    ids = [t["id"] for t in trials]
+    while tail.poll(ids):
+        pass
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("experiment", aliases=["e"], help="create and manage experiments")
+    s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    x = s.add_parser("create", help="validate CONFIG, upload MODEL_DIR, start the experiment")
+    x.add_argument("config", metavar="CONFIG", help="experiment config (YAML)")
+    x.add_argument("model_dir", metavar="MODEL_DIR", help="directory with the training code")
+    x.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow states, progress and logs until the experiment ends",
+    )
+    x.add_argument("--paused", action="store_true", help="create it PAUSED (activate later)")
+    x.set_defaults(func=create)
+
+    x = s.add_parser("list", aliases=["ls"], help="list your experiments (--all: everyone's)")
+    x.add_argument("--all", "-a", action="store_true", help="experiments of every user")
+    x.add_argument("--state", help="only experiments in this state (e.g. ACTIVE)")
+    add_json_flag(x)
+    x.set_defaults(func=list_experiments)
+
+    x = s.add_parser("describe", help="an experiment and its trials")
+    x.add_argument("id", type=int, metavar="ID")
+    add_json_flag(x)
+    x.set_defaults(func=describe)
+
+    for name, past, help_ in [
+        ("pause", "Paused", "checkpoint the trials and free their slots"),
+        ("activate", "Activated", "resume a paused experiment"),
+        ("cancel", "Canceled", "stop gracefully (trials checkpoint first)"),
+        ("kill", "Killed", "stop now (processes are killed)"),
+    ]:
+        x = s.add_parser(name, help=help_)
+        x.add_argument("id", type=int, metavar="ID")
+        x.set_defaults(func=_action(name, past))
+
+    x = s.add_parser(
+        "preview-search", help="show the trials and lengths a config's search will run"
+    )
+    x.add_argument("config", metavar="CONFIG", help="experiment config (YAML)")
+    add_json_flag(x)
+    x.set_defaults(func=preview_search)
+
+    x = s.add_parser("logs", help="logs of the experiment's trials")
+    x.add_argument("id", type=int, metavar="ID")
+    x.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    x.set_defaults(func=logs)

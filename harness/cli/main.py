@@ -1,0 +1,66 @@
+"""`det`: the researcher's command line. `main(argv)` returns the exit code (0, 1, 2 usage)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from harness.api._errors import APIError, DetError, MasterUnreachable, Unauthenticated
+from harness.cli import agent, checkpoint, experiment, job, trial, user
+from harness.cli._common import DEFAULT_MASTER, Cli, CliError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="det", description="Run and inspect deep-learning experiments on a detlab cluster."
+    )
+    parser.add_argument(
+        "-m",
+        "--master",
+        default=os.environ.get("DET_MASTER") or DEFAULT_MASTER,
+        help="master URL (default: $DET_MASTER or %(default)s)",
+    )
+    sub = parser.add_subparsers(dest="noun", metavar="NOUN", required=True)
+    for noun in (experiment, trial, checkpoint, job, agent, user):
+        noun.register(sub)
+    return parser
+
+
+def _message(err: Exception, master: str) -> str:
+    if isinstance(err, Unauthenticated):
+        msg = str(err)
+        if "det user login" not in msg:
+            msg += f" (log in again: det -m {master} user login NAME)"
+        return msg
+    if isinstance(err, APIError) and err.path and not str(err).startswith(err.path):
+        return f"{err.path}: {err}"
+    return str(err)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # usage errors (2) and --help (0)
+        return int(e.code or 0) if not isinstance(e.code, str) else 2
+    cli = Cli(master=args.master)
+    try:
+        code = args.func(cli, args)
+    except (CliError, DetError) as e:
+        if isinstance(e, MasterUnreachable) and args.master not in str(e):
+            e = MasterUnreachable(f"{e} (master: {args.master})")
+        print(f"error: {_message(e, args.master)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `det ... | head`
+        sys.stderr.close()
+        return 0
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""`det user ...`: login, logout, whoami, list, create, change-password."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+
+from harness.api import auth
+from harness.cli._common import Cli, CliError, add_json_flag, print_json, print_table
+
+
+def _password(prompt: str, confirm: bool = False) -> str:
+    pw = getpass.getpass(prompt)
+    if confirm and getpass.getpass("Confirm password: ") != pw:
+        raise CliError("passwords do not match")
+    return pw
+
+
+def login(cli: Cli, args: argparse.Namespace) -> int:
+    password = os.environ.get("DET_PASSWORD")
+    if password is None:
+        password = _password(f"Password for {args.name}: ")
+    session = auth.login(cli.master, args.name, password)
+    cli.out.write(f"Logged in as {args.name} on {session.master}\n")
+    return 0
+
+
+def logout(cli: Cli, args: argparse.Namespace) -> int:
+    found = auth.cached_token(cli.master)
+    if found is None:
+        cli.out.write("Not logged in\n")
+        return 0
+    user, token = found
+    try:
+        client = cli.anonymous()
+        client.session.token = token
+        client.logout()
+    except Exception:  # revoking is best effort; forgetting the token is what matters
+        pass
+    auth.remove_token(cli.master, user)
+    cli.out.write(f"Logged out {user}\n")
+    return 0
+
+
+def whoami(cli: Cli, args: argparse.Namespace) -> int:
+    me = cli.client().me()
+    if args.json:
+        print_json(cli, me)
+    else:
+        role = " (admin)" if me.get("admin") else ""
+        cli.out.write(f"You are logged in as {me['username']}{role} on {cli.client().master}\n")
+    return 0
+
+
+def list_users(cli: Cli, args: argparse.Namespace) -> int:
+    users = cli.client().list_users()
+    if args.json:
+        print_json(cli, users)
+        return 0
+    print_table(
+        cli,
+        users,
+        [("ID", "id"), ("USERNAME", "username"), ("ADMIN", "admin"), ("ACTIVE", "active")],
+    )
+    return 0
+
+
+def create(cli: Cli, args: argparse.Namespace) -> int:
+    password = args.password
+    if password is None:
+        password = _password(f"Password for new user {args.name}: ", confirm=True)
+    user = cli.client().create_user(args.name, password, admin=args.admin)
+    cli.out.write(f"Created user {user.get('username', args.name)}\n")
+    return 0
+
+
+def change_password(cli: Cli, args: argparse.Namespace) -> int:
+    client = cli.client()
+    name = args.name or client.me()["username"]
+    password = _password(f"New password for {name}: ", confirm=True)
+    client.change_password(name, password)
+    cli.out.write(f"Changed the password of {name}\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("user", aliases=["u"], help="log in and manage users")
+    s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    x = s.add_parser("login", help="log in (password prompt, or DET_PASSWORD)")
+    x.add_argument("name")
+    x.set_defaults(func=login)
+
+    x = s.add_parser("logout", help="forget (and revoke) the cached token")
+    x.set_defaults(func=logout)
+
+    x = s.add_parser("whoami", help="who you are logged in as")
+    add_json_flag(x)
+    x.set_defaults(func=whoami)
+
+    x = s.add_parser("list", aliases=["ls"], help="list users")
+    add_json_flag(x)
+    x.set_defaults(func=list_users)
+
+    x = s.add_parser("create", help="create a user (admin)")
+    x.add_argument("name")
+    x.add_argument("--admin", action="store_true", help="give the user admin rights")
+    x.add_argument("--password", help="the new user's password (default: prompt)")
+    x.set_defaults(func=create)
+
+    x = s.add_parser("change-password", help="change your (or, as admin, NAME's) password")
+    x.add_argument("name", nargs="?")
+    x.set_defaults(func=change_password)

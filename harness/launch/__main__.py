@@ -1,0 +1,108 @@
+"""`python3 -m harness.launch module:TrialClass`: run a PyTorchTrial on this container's slots.
+
+One slot (and one container): the trial runs in this process. Several slots or containers:
+one torch.distributed worker per slot (gloo on CPU, nccl on GPUs); a worker that dies stops the
+others and the launcher exits with its code (the master then restarts the trial per
+`max_restarts`). `--nproc N` overrides the slot count (off-cluster testing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import re
+import sys
+
+import harness
+
+ENTRYPOINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+logger = logging.getLogger("harness.launch")
+
+
+def load_trial_class(entrypoint: str) -> type:
+    """Import `module:Class` (from the model directory, the working directory)."""
+    if not ENTRYPOINT.match(entrypoint):
+        raise ValueError(f"expected an entrypoint like 'model_def:MyTrial', not {entrypoint!r}")
+    module_name, _, cls_name = entrypoint.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    try:
+        cls = getattr(module, cls_name)
+    except AttributeError:
+        raise AttributeError(
+            f"module {module_name!r} ({getattr(module, '__file__', '?')}) has no {cls_name!r}"
+        ) from None
+    from harness.pytorch import PyTorchTrial
+
+    if not (isinstance(cls, type) and issubclass(cls, PyTorchTrial)):
+        raise TypeError(f"{entrypoint} is not a subclass of harness.pytorch.PyTorchTrial")
+    return cls
+
+
+def run_in_process(entrypoint: str) -> int:
+    """Import and run the trial here; user errors print the user's traceback and exit 1."""
+    from harness.launch._errors import user_traceback
+
+    try:
+        cls = load_trial_class(entrypoint)
+        from harness.pytorch._controller import run_trial
+
+        run_trial(cls)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - the user's error: show it as theirs
+        sys.stderr.write(user_traceback(e))
+        sys.stderr.flush()
+        logger.error("the trial failed: %s: %s", type(e).__name__, e)
+        return 1
+    finally:
+        _destroy_process_group()
+    return 0
+
+
+def _destroy_process_group() -> None:
+    if "torch.distributed" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m harness.launch", description=__doc__)
+    parser.add_argument("entrypoint", help="module:TrialClass")
+    parser.add_argument("--nproc", type=int, default=None, help="workers (default: slots)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=harness.LOG_FORMAT)
+    if args.worker:
+        return run_in_process(args.entrypoint)
+
+    from harness.launch._spawn import launch_workers, local_slots, plan_workers
+
+    nproc = args.nproc or local_slots()
+    containers = int(os.environ.get("DET_NUM_CONTAINERS") or 1)
+    if nproc == 1 and containers == 1:
+        return run_in_process(args.entrypoint)
+    workers = plan_workers(nproc)
+    logger.info(
+        "launching %d worker(s) for %s (ranks %d..%d of %d)",
+        nproc,
+        args.entrypoint,
+        workers.base_rank,
+        workers.base_rank + nproc - 1,
+        workers.world_size,
+    )
+    cmd = [sys.executable, "-m", "harness.launch", "--worker", args.entrypoint]
+    return launch_workers(cmd, workers)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""`harness.pytorch`: Determined's PyTorchTrial API on detlab's Core API.
+
+    from harness import pytorch
+
+    class MyTrial(pytorch.PyTorchTrial):
+        def __init__(self, context: pytorch.PyTorchTrialContext) -> None: ...
+        def build_training_data_loader(self) -> pytorch.DataLoader: ...
+        def build_validation_data_loader(self) -> pytorch.DataLoader: ...
+        def train_batch(self, batch, epoch_idx, batch_idx) -> dict: ...
+        def evaluate_batch(self, batch) -> dict: ...
+
+Experiment config: `entrypoint: model_def:MyTrial`. See `_controller` for the loop's rules.
+"""
+
+from harness.pytorch._context import PyTorchTrialContext
+from harness.pytorch._controller import TrialResult, run_trial, to_batches
+from harness.pytorch._data import DataLoader
+from harness.pytorch._trial import LRScheduler, PyTorchTrial, TorchData
+
+__all__ = [
+    "DataLoader",
+    "LRScheduler",
+    "PyTorchTrial",
+    "PyTorchTrialContext",
+    "TorchData",
+    "TrialResult",
+    "run_trial",
+    "to_batches",
+]

@@ -1,0 +1,58 @@
+"""Small request helpers shared by the blueprints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import request
+
+from master.errors import BadRequest
+
+
+def json_body() -> dict[str, Any]:
+    body = request.get_json(silent=True)
+    if body is None:
+        if not request.data:
+            return {}
+        raise BadRequest("request body must be JSON")
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    return body
+
+
+def int_arg(name: str, default: int, lo: int = 0, hi: int = 2**62) -> int:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        val = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer, got {raw!r}", path=name) from None
+    if not lo <= val <= hi:
+        raise BadRequest(f"{name} must be between {lo} and {hi}", path=name)
+    return val
+
+
+def float_arg(name: str, default: float, lo: float = 0.0, hi: float = 3600.0) -> float:
+    raw = request.args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        val = float(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a number, got {raw!r}", path=name) from None
+    return max(lo, min(hi, val))
+
+
+def bool_arg(name: str, default: bool = False) -> bool:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    return raw.lower() in ("1", "true", "yes", "on")
+
+
+def require_str(body: dict, key: str) -> str:
+    val = body.get(key)
+    if not isinstance(val, str) or not val:
+        raise BadRequest(f"{key} is required (a non-empty string)", path=key)
+    return val

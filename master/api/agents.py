@@ -1,0 +1,52 @@
+"""Agents: the poll (registration, heartbeat, work), log shipping, and the listing for people."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+from sqlalchemy import select
+from sqlalchemy.orm import selectinload
+
+from master.api._util import json_body
+from master.auth import require_agent, require_user
+from master.db import db
+from master.errors import BadRequest
+from master.models import Agent
+from master.services import agents as svc
+from master.services import heartbeats
+from master.services.logs import ingest_agent_logs
+
+bp = Blueprint("agents", __name__)
+
+
+def _check_id(agent_id: str) -> None:
+    if (
+        len(agent_id) > 128
+        or not agent_id.replace("-", "").replace("_", "").replace(".", "").isalnum()
+    ):
+        raise BadRequest(
+            "agent id may use letters, digits, '-', '_' and '.' (at most 128)", path="agent_id"
+        )
+
+
+@bp.post("/agents/<agent_id>/poll")
+def poll(agent_id: str):  # type: ignore[no-untyped-def]
+    require_agent()
+    _check_id(agent_id)
+    return jsonify(svc.handle_poll(agent_id, request.get_json(silent=True)))
+
+
+@bp.post("/agents/<agent_id>/logs")
+def logs(agent_id: str):  # type: ignore[no-untyped-def]
+    require_agent()
+    _check_id(agent_id)
+    return jsonify({"accepted": ingest_agent_logs(agent_id, json_body().get("logs"))})
+
+
+@bp.get("/agents")
+def list_agents():  # type: ignore[no-untyped-def]
+    require_user()
+    heartbeats.flush()  # show the latest stats and last_seen
+    agents = db.session.execute(
+        select(Agent).options(selectinload(Agent.slots)).order_by(Agent.id)
+    ).scalars()
+    return jsonify({"agents": [svc.agent_json(a) for a in agents]})

@@ -1,0 +1,137 @@
+"""Experiments: submit, list, describe, steer; the model definition for agents and trials."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify, request
+from sqlalchemy import func, select
+from sqlalchemy.orm import selectinload
+
+from master.api._util import bool_arg, int_arg
+from master.auth import principal, require_user
+from master.db import db
+from master.errors import BadRequest, Forbidden, NotFound
+from master.models import Experiment, User
+from master.services import experiments as svc
+from master.services.scheduling import request_schedule
+from master.services.trials import trial_json, trials_of
+from master.states import State
+
+bp = Blueprint("experiments", __name__)
+
+
+@bp.post("/experiments")
+def create():  # type: ignore[no-untyped-def]
+    p = require_user()
+    if request.mimetype == "application/json":
+        body = request.get_json(silent=True) or {}
+        config_text = body.get("config")
+        model_def = None
+    else:
+        config_text = request.form.get("config")
+        if config_text is None and "config" in request.files:
+            config_text = request.files["config"].read().decode("utf-8", errors="replace")
+        upload = request.files.get("model_def")
+        model_def = upload.read() if upload else None
+    if not isinstance(config_text, str):
+        raise BadRequest("the 'config' field (experiment YAML) is required", path="config")
+    assert p.user_id is not None
+    exp = svc.create_experiment(
+        p.user_id, config_text, model_def, activate=bool_arg("activate", True)
+    )
+    request_schedule()
+    return jsonify({"experiment": svc.experiment_json(exp)}), 201
+
+
+@bp.get("/experiments")
+def list_experiments():  # type: ignore[no-untyped-def]
+    require_user()
+    q = select(Experiment).options(selectinload(Experiment.trials), selectinload(Experiment.owner))
+    count = select(func.count(Experiment.id))
+    state = request.args.get("state")
+    if state:
+        states = [s.strip().upper() for s in state.split(",")]
+        bad = [s for s in states if s not in State.__members__]
+        if bad:
+            raise BadRequest(f"unknown state {bad[0]!r}", path="state")
+        q = q.where(Experiment.state.in_(states))
+        count = count.where(Experiment.state.in_(states))
+    user = request.args.get("user")
+    if user:
+        q = q.join(User, Experiment.owner_id == User.id).where(User.username == user)
+        count = count.join(User, Experiment.owner_id == User.id).where(User.username == user)
+    limit = int_arg("limit", 100, 1, 10000)
+    offset = int_arg("offset", 0)
+    rows = db.session.execute(
+        q.order_by(Experiment.id.desc()).limit(limit).offset(offset)
+    ).scalars()
+    return jsonify(
+        {
+            "experiments": [svc.experiment_json(e) for e in rows],
+            "total": db.session.execute(count).scalar_one(),
+        }
+    )
+
+
+@bp.get("/experiments/<int:exp_id>")
+def describe(exp_id: int):  # type: ignore[no-untyped-def]
+    require_user()
+    exp = svc.get_experiment(exp_id)
+    return jsonify(
+        {
+            "experiment": svc.experiment_json(exp),
+            "trials": [trial_json(t) for t in trials_of(exp_id)],
+        }
+    )
+
+
+@bp.get("/experiments/<int:exp_id>/trials")
+def experiment_trials(exp_id: int):  # type: ignore[no-untyped-def]
+    require_user()
+    svc.get_experiment(exp_id)
+    return jsonify({"trials": [trial_json(t) for t in trials_of(exp_id)]})
+
+
+@bp.get("/experiments/<int:exp_id>/config")
+def config(exp_id: int):  # type: ignore[no-untyped-def]
+    require_user()
+    exp = svc.get_experiment(exp_id)
+    return jsonify({"config": exp.config, "original": exp.original_config})
+
+
+def _may_steer(exp: Experiment) -> None:
+    p = require_user()
+    if not p.admin and exp.owner_id != p.user_id:
+        raise Forbidden(
+            f"experiment {exp.id} belongs to {exp.owner.username}; "
+            "only its owner or an admin may change it"
+        )
+
+
+@bp.post("/experiments/<int:exp_id>/<action>")
+def act(exp_id: int, action: str):  # type: ignore[no-untyped-def]
+    if action not in ("pause", "activate", "cancel", "kill"):
+        raise NotFound(f"unknown action {action!r}")
+    _may_steer(svc.get_experiment(exp_id))
+    if action == "pause":
+        exp = svc.pause(exp_id)
+    elif action == "activate":
+        exp = svc.activate(exp_id)
+    else:
+        exp = svc.cancel(exp_id, kill=action == "kill")
+    request_schedule()
+    return jsonify({"experiment": svc.experiment_json(exp)})
+
+
+@bp.get("/experiments/<int:exp_id>/model_def")
+def model_def(exp_id: int):  # type: ignore[no-untyped-def]
+    p = principal()
+    if p.kind == "allocation" and p.experiment_id != exp_id:
+        raise Forbidden("this session token belongs to another experiment")
+    exp = svc.get_experiment(exp_id)
+    if exp.model_def is None:
+        raise NotFound(f"experiment {exp_id} has no model definition")
+    return Response(
+        exp.model_def,
+        mimetype="application/gzip",
+        headers={"X-Content-SHA256": exp.model_def_sha256 or ""},
+    )

@@ -1,0 +1,38 @@
+"""The job queue per resource pool, and steering jobs in it."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+
+from master.api._util import json_body
+from master.auth import require_user
+from master.errors import Forbidden, NotFound
+from master.services import jobs as svc
+from master.services.experiments import get_experiment
+from master.services.scheduling import request_schedule
+
+bp = Blueprint("jobs", __name__)
+
+
+@bp.get("/job-queues")
+def job_queues():  # type: ignore[no-untyped-def]
+    require_user()
+    return jsonify({"pools": svc.queue_jobs(request.args.get("pool") or None)})
+
+
+@bp.patch("/jobs/<job_id>")
+def update(job_id: str):  # type: ignore[no-untyped-def]
+    p = require_user()
+    try:
+        exp = get_experiment(int(job_id))
+    except ValueError:
+        raise NotFound(f"job {job_id} not found") from None
+    if not p.admin and exp.owner_id != p.user_id:
+        raise Forbidden(
+            f"job {job_id} belongs to {exp.owner.username}; "
+            "only its owner or an admin may change it"
+        )
+    svc.update_job(job_id, json_body())
+    request_schedule()
+    job = svc.find_job(job_id)
+    return jsonify({"job": job or {"job_id": job_id, "experiment_id": exp.id, "state": None}})

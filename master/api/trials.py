@@ -1,0 +1,121 @@
+"""Trials: reads for people, and the harness's writes (metrics, searcher, early exit)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+
+from master.api._util import bool_arg, float_arg, int_arg, json_body
+from master.auth import require_trial_access
+from master.errors import BadRequest
+from master.services import logs as log_svc
+from master.services import metrics as metric_svc
+from master.services import trials as svc
+from master.services.checkpoints import checkpoint_json, checkpoints_of
+from master.services.scheduling import request_schedule
+
+bp = Blueprint("trials", __name__)
+
+
+@bp.get("/trials/<int:trial_id>")
+def describe(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id)
+    return jsonify({"trial": svc.trial_json(svc.get_trial(trial_id))})
+
+
+@bp.get("/trials/<int:trial_id>/metrics")
+def metrics(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id)
+    svc.get_trial(trial_id)
+    after = request.args.get("after_steps")
+    rows = metric_svc.read_metrics(
+        trial_id,
+        request.args.get("group"),
+        int_arg("after_steps", 0) if after is not None else None,
+        int_arg("limit", 100_000, 1, 1_000_000),
+    )
+    return jsonify({"metrics": rows})
+
+
+@bp.post("/trials/<int:trial_id>/metrics")
+def report_metrics(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id, write=True)
+    reports, batch_id = metric_svc.parse_reports_body(request.get_data(cache=False))
+    n = metric_svc.ingest(svc.get_trial(trial_id), reports, batch_id)
+    return jsonify({"accepted": n})
+
+
+@bp.get("/trials/<int:trial_id>/logs")
+def logs(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id)
+    svc.get_trial(trial_id)
+    page = log_svc.logs_page(
+        trial_id,
+        int_arg("after", 0),
+        int_arg("limit", 1000, 1, 10000),
+        bool_arg("follow"),
+        float_arg("timeout", 30.0, 0.0, 60.0),
+    )
+    return jsonify(page)
+
+
+@bp.get("/trials/<int:trial_id>/checkpoints")
+def checkpoints(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id)
+    svc.get_trial(trial_id)
+    return jsonify({"checkpoints": [checkpoint_json(c) for c in checkpoints_of(trial_id=trial_id)]})
+
+
+@bp.post("/trials/<int:trial_id>/progress")
+def progress(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id, write=True)
+    body = json_body()
+    value = body.get("progress")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise BadRequest("progress must be a fraction between 0 and 1", path="progress")
+    svc.set_progress(trial_id, float(value))
+    return jsonify({})
+
+
+@bp.get("/trials/<int:trial_id>/searcher/operation")
+def operation(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id)
+    return jsonify(svc.current_operation(trial_id))
+
+
+@bp.post("/trials/<int:trial_id>/searcher/completed_operation")
+def completed_operation(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id, write=True)
+    body = json_body()
+    svc.complete_operation(trial_id, body.get("length"), body.get("searcher_metric"))
+    request_schedule()
+    return jsonify({})
+
+
+@bp.post("/trials/<int:trial_id>/early_exit")
+def early_exit(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id, write=True)
+    svc.early_exit(trial_id, str(json_body().get("reason")))
+    return jsonify({})
+
+
+@bp.get("/trials/<int:trial_id>/metric-names")
+def metric_names(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id)
+    svc.get_trial(trial_id)
+    return jsonify(metric_svc.metric_names(trial_id))
+
+
+@bp.get("/trials/<int:trial_id>/metric-series")
+def metric_series(trial_id: int):  # type: ignore[no-untyped-def]
+    require_trial_access(trial_id)
+    svc.get_trial(trial_id)
+    names = [n for n in (request.args.get("names") or "").split(",") if n]
+    if not names:
+        raise BadRequest("names is required (comma-separated metric names)", path="names")
+    series, downsampled = metric_svc.metric_series(
+        trial_id,
+        request.args.get("group", "training"),
+        names[:50],
+        int_arg("max_points", 500, 10, 100_000),
+    )
+    return jsonify({"series": series, "downsampled": downsampled})

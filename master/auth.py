@@ -1,0 +1,231 @@
+"""Who is calling: users (login tokens), agents (the cluster token), trials (allocation tokens).
+
+Tokens are random strings; only their SHA-256 is stored. Passwords are hashed with werkzeug's
+scrypt helpers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from flask import current_app, g, request
+from sqlalchemy import select
+from werkzeug.security import check_password_hash, generate_password_hash
+
+from master.db import db, utcnow
+from master.errors import Forbidden, Unauthenticated
+from master.models import Allocation, AuthToken, Trial, User
+
+
+@dataclass(frozen=True)
+class Principal:
+    kind: str  # "user" | "agent" | "allocation"
+    user_id: int | None = None
+    username: str | None = None
+    admin: bool = False
+    allocation_id: str | None = None
+    trial_id: int | None = None
+    experiment_id: int | None = None
+
+
+def hash_password(password: str) -> str:
+    return generate_password_hash(password)
+
+
+def check_password(pw_hash: str, password: str) -> bool:
+    return check_password_hash(pw_hash, password)
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token(*, user_id: int | None = None, allocation_id: str | None = None) -> str:
+    """Create and store a token; the caller commits."""
+    token = secrets.token_urlsafe(32)
+    ttl = current_app.config["DET"].token_ttl_hours
+    db.session.add(
+        AuthToken(
+            token_hash=_digest(token),
+            user_id=user_id,
+            allocation_id=allocation_id,
+            expires_at=utcnow() + timedelta(hours=ttl) if user_id is not None else None,
+        )
+    )
+    return token
+
+
+class _TokenCache:
+    """Resolved tokens for a few seconds: the metrics hot path must not query per request."""
+
+    TTL = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[str, tuple[float, Principal]] = {}
+
+    def get(self, digest: str) -> Principal | None:
+        with self._lock:
+            item = self._items.get(digest)
+            if item and item[0] > time.monotonic():
+                return item[1]
+            self._items.pop(digest, None)
+            return None
+
+    def put(self, digest: str, principal: Principal) -> None:
+        with self._lock:
+            if len(self._items) > 10000:
+                self._items.clear()
+            self._items[digest] = (time.monotonic() + self.TTL, principal)
+
+    def evict_allocation(self, allocation_id: str) -> None:
+        with self._lock:
+            for k in [k for k, (_, p) in self._items.items() if p.allocation_id == allocation_id]:
+                del self._items[k]
+
+    def evict(self, digest: str) -> None:
+        with self._lock:
+            self._items.pop(digest, None)
+
+
+token_cache = _TokenCache()
+
+
+def revoke_allocation_tokens(allocation_id: str) -> None:
+    """The allocation ended: its trial process (if still alive somewhere) may no longer write."""
+    db.session.execute(
+        AuthToken.__table__.update()
+        .where(AuthToken.allocation_id == allocation_id)
+        .values(revoked=True)
+    )
+    token_cache.evict_allocation(allocation_id)
+
+
+def revoke_token(token: str) -> None:
+    digest = _digest(token)
+    db.session.execute(
+        AuthToken.__table__.update().where(AuthToken.token_hash == digest).values(revoked=True)
+    )
+    token_cache.evict(digest)
+
+
+def bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    if header.startswith("Bearer "):
+        return header[7:].strip() or None
+    return None
+
+
+def resolve(token: str) -> Principal:
+    agent_token = current_app.config["AGENT_TOKEN"]
+    if hmac.compare_digest(token.encode(), agent_token.encode()):
+        return Principal(kind="agent")
+    digest = _digest(token)
+    cached = token_cache.get(digest)
+    if cached:
+        return cached
+    row = db.session.execute(
+        select(AuthToken).where(AuthToken.token_hash == digest)
+    ).scalar_one_or_none()
+    if row is None or row.revoked:
+        raise Unauthenticated("invalid or expired token; log in again (det user login NAME)")
+    if row.expires_at is not None:
+        exp = (
+            row.expires_at
+            if row.expires_at.tzinfo
+            else row.expires_at.replace(tzinfo=utcnow().tzinfo)
+        )
+        if exp < utcnow():
+            raise Unauthenticated("token expired; log in again (det user login NAME)")
+    if row.user_id is not None:
+        user = db.session.get(User, row.user_id)
+        if user is None or not user.active:
+            raise Unauthenticated("user is deactivated")
+        p = Principal(kind="user", user_id=user.id, username=user.username, admin=user.admin)
+    else:
+        alloc = db.session.get(Allocation, row.allocation_id)
+        if alloc is None:
+            raise Unauthenticated("allocation no longer exists")
+        trial = db.session.get(Trial, alloc.trial_id)
+        assert trial is not None
+        p = Principal(
+            kind="allocation",
+            allocation_id=alloc.id,
+            trial_id=trial.id,
+            experiment_id=trial.experiment_id,
+        )
+    token_cache.put(digest, p)
+    return p
+
+
+def authenticate() -> None:
+    """before_request hook: resolve the bearer token into `g.principal` (routes check kinds)."""
+    g.principal = None
+    token = bearer_token()
+    if token:
+        g.principal = resolve(token)
+
+
+def principal() -> Principal:
+    p: Principal | None = g.get("principal")
+    if p is None:
+        raise Unauthenticated("authentication required: send 'Authorization: Bearer <token>'")
+    return p
+
+
+def require_user() -> Principal:
+    p = principal()
+    if p.kind != "user":
+        raise Forbidden("this route is for users")
+    return p
+
+
+def require_admin() -> Principal:
+    p = require_user()
+    if not p.admin:
+        raise Forbidden("only an admin may do this")
+    return p
+
+
+def require_agent() -> Principal:
+    p = principal()
+    if p.kind != "agent":
+        raise Forbidden("this route is for agents (the cluster's agent token)")
+    return p
+
+
+def require_trial_access(trial_id: int, *, write: bool = False) -> Principal:
+    """Users may read any trial; a trial's own allocation token may read and write it."""
+    p = principal()
+    if p.kind == "allocation":
+        if p.trial_id != trial_id:
+            raise Forbidden(f"this session token belongs to trial {p.trial_id}, not {trial_id}")
+        return p
+    if p.kind == "user":
+        return p
+    raise Forbidden("agents may not access trial data")
+
+
+def load_or_create_agent_token(data_dir: Path) -> str:
+    """The cluster's agent token: DET_AGENT_TOKEN, or one generated into the data dir once."""
+    import os
+
+    env = os.environ.get("DET_AGENT_TOKEN")
+    if env:
+        return env
+    path = Path(data_dir) / "agent_token"
+    if path.exists():
+        return path.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

@@ -1,0 +1,126 @@
+"""The master's own configuration: `master.yaml`, environment variables and command-line flags.
+
+Precedence: flag > environment > file > default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class MasterConfigError(ValueError):
+    pass
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("DET_DATA_DIR") or Path.home() / ".local/share/detlab")
+
+
+@dataclass
+class ResourcePoolConfig:
+    name: str = "default"
+    description: str = ""
+    scheduler: dict[str, Any] = field(default_factory=lambda: {"type": "priority"})
+
+
+@dataclass
+class MasterConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = field(default_factory=default_data_dir)
+    db: str | None = None  # None -> SQLite file in data_dir
+    # An agent that has not polled for this long is LOST and its trials restart elsewhere.
+    agent_timeout: float = 30.0
+    # The APScheduler tick for the scheduling pass (it also runs on every change).
+    scheduling_interval: float = 2.0
+    # A trial that ignores the preemption signal this long is killed.
+    preemption_timeout: float = 60.0
+    max_model_def_bytes: int = 96 * 1024 * 1024
+    # Wait this long after telling an agent to start before treating a missing report as lost.
+    start_timeout: float = 60.0
+    server_threads: int = 128
+    checkpoint_storage: dict[str, Any] | None = None
+    resource_pools: list[ResourcePoolConfig] = field(default_factory=lambda: [ResourcePoolConfig()])
+    token_ttl_hours: float = 24 * 7
+
+    @property
+    def db_url(self) -> str:
+        from master.db import normalize_db_url
+
+        if self.db:
+            return normalize_db_url(self.db)
+        return f"sqlite:///{(Path(self.data_dir) / 'detlab.sqlite').resolve()}"
+
+    def default_checkpoint_storage(self) -> dict[str, Any]:
+        if self.checkpoint_storage:
+            return dict(self.checkpoint_storage)
+        return {
+            "type": "shared_fs",
+            "host_path": str(Path(self.data_dir).resolve() / "checkpoints"),
+        }
+
+    def pool_names(self) -> list[str]:
+        return [p.name for p in self.resource_pools]
+
+
+_SIMPLE = {f.name for f in fields(MasterConfig)} - {"resource_pools"}
+
+
+def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfig:
+    """Read `master.yaml` (optional), then DET_* environment variables, then `overrides`."""
+    raw: dict[str, Any] = {}
+    if path:
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise MasterConfigError(f"cannot read master config {path}: {e}") from e
+        if not isinstance(raw, dict):
+            raise MasterConfigError(f"{path}: expected a mapping at the top level")
+    cfg = MasterConfig()
+    for key, value in raw.items():
+        if key == "resource_pools":
+            cfg.resource_pools = _pools(value)
+        elif key in _SIMPLE:
+            setattr(cfg, key, value)
+        else:
+            raise MasterConfigError(f"master config: unknown key {key!r}")
+    env_map = {"DET_DB_URL": "db", "DET_DATA_DIR": "data_dir"}
+    for env, key in env_map.items():
+        if os.environ.get(env):
+            setattr(cfg, key, os.environ[env])
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(cfg, key, value)
+    cfg.data_dir = Path(cfg.data_dir).expanduser()
+    for key in ("agent_timeout", "scheduling_interval", "preemption_timeout", "start_timeout"):
+        val = getattr(cfg, key)
+        if not isinstance(val, int | float) or isinstance(val, bool) or val <= 0:
+            raise MasterConfigError(f"master config: {key} must be a positive number, got {val!r}")
+    return cfg
+
+
+def _pools(value: Any) -> list[ResourcePoolConfig]:
+    if not isinstance(value, list) or not value:
+        raise MasterConfigError("master config: resource_pools must be a non-empty list")
+    pools = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise MasterConfigError(f"master config: resource_pools[{i}] needs a name")
+        unknown = set(item) - {"name", "description", "scheduler"}
+        if unknown:
+            raise MasterConfigError(
+                f"master config: resource_pools[{i}]: unknown key {sorted(unknown)[0]!r}"
+            )
+        pools.append(
+            ResourcePoolConfig(
+                name=item["name"],
+                description=item.get("description", ""),
+                scheduler=item.get("scheduler") or {"type": "priority"},
+            )
+        )
+    return pools

@@ -1,0 +1,49 @@
+"""The database handle and URL handling (PostgreSQL via psycopg2, or embedded SQLite)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy import BigInteger, Integer, MetaData
+from sqlalchemy.orm import DeclarativeBase
+
+# Stable constraint names so Alembic migrations can alter them on every backend.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+db = SQLAlchemy(model_class=Base)
+
+# SQLite only autoincrements INTEGER PRIMARY KEY; PostgreSQL gets a real bigint.
+BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def normalize_db_url(url: str) -> str:
+    """Map a bare `postgresql://` (read as psycopg 3 by SQLAlchemy 2.1) to the psycopg2 we ship."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg2://" + url[len(prefix) :]
+    return url
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime | None) -> str | None:
+    """ISO 8601 in UTC; SQLite hands back naive datetimes that were stored as UTC."""
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,59 @@
+"""Training lengths: `{batches|records|epochs: N}` or a bare int meaning batches."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from master.expconf._check import describe, is_int, join
+from master.expconf._errors import ConfigError
+
+UNITS = ("batches", "records", "epochs")
+
+
+def parse_length(raw: Mapping[str, Any], key: str, path: str, *, minimum: int) -> Any:
+    """Normalise a length field to `{unit: N}` (or None when absent)."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    here = join(path, key)
+    want = f"expected an integer >= {minimum} or a mapping like {{batches: N}}"
+    if is_int(value):
+        if value < minimum:
+            raise ConfigError(here, f"{want}, got {value}")
+        return {"batches": value}
+    if not isinstance(value, Mapping):
+        raise ConfigError(here, f"{want}, got {describe(value)}")
+    if len(value) != 1:
+        raise ConfigError(here, f"{want}: exactly one of {', '.join(UNITS)}")
+    ((unit, n),) = value.items()
+    if unit not in UNITS:
+        raise ConfigError(
+            join(here, str(unit)), f"unknown length unit; expected one of {', '.join(UNITS)}"
+        )
+    if not is_int(n) or n < minimum:
+        shown = n if is_int(n) else describe(n)
+        raise ConfigError(join(here, unit), f"expected an integer >= {minimum}, got {shown}")
+    return {unit: n}
+
+
+def length_unit(config: dict) -> str:
+    """The unit of the searcher's lengths: "batches" | "records" | "epochs".
+
+    Searchers driven by `time_metric`/`max_time` count in batches.
+    """
+    max_length = config["searcher"].get("max_length")
+    if max_length:
+        return next(iter(max_length))
+    return "batches"
+
+
+def max_length_value(config: dict) -> int:
+    """How far one trial trains at most, in `length_unit` (`max_time` for time-based searches)."""
+    searcher = config["searcher"]
+    max_length = searcher.get("max_length")
+    if max_length:
+        return int(next(iter(max_length.values())))
+    if searcher.get("max_time") is not None:
+        return int(searcher["max_time"])
+    raise ConfigError("searcher.max_length", "required")

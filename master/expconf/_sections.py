@@ -1,0 +1,249 @@
+"""Resource, storage, environment and mount sections of the experiment config."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from master.expconf._check import (
+    REQUIRED,
+    describe,
+    expect_int,
+    get_absolute_path,
+    get_bool,
+    get_int,
+    get_json,
+    get_number,
+    get_str,
+    get_str_list,
+    item,
+    join,
+    mapping,
+)
+from master.expconf._errors import ConfigError
+
+DEFAULT_IMAGE = "python:3.11-slim"
+DEFAULT_PRIORITY = 42
+STORAGE_TYPES = ("shared_fs", "s3", "gcs")
+_STORAGE_COMMON = ("type", "save_experiment_best", "save_trial_best", "save_trial_latest")
+_STORAGE_KEYS = {
+    "shared_fs": ("host_path", "storage_path", "propagation"),
+    "s3": ("bucket", "prefix", "access_key", "secret_key", "endpoint_url"),
+    "gcs": ("bucket", "prefix"),
+}
+_ALL_STORAGE_KEYS = tuple(dict.fromkeys(k for keys in _STORAGE_KEYS.values() for k in keys))
+_DEVICES = ("cpu", "cuda", "gpu", "rocm")
+_SHM = re.compile(r"^\d+(\.\d+)?\s*([kKmMgGtT]i?)?[bB]?$")
+_ENV_NAME = re.compile(r"^[^=\s]+$")
+
+
+def parse_resources(raw: Any) -> dict[str, Any]:
+    """slots_per_trial / resource_pool / priority / weight / max_slots / shm_size / devices."""
+    path = "resources"
+    keys = (
+        "slots_per_trial",
+        "resource_pool",
+        "priority",
+        "weight",
+        "max_slots",
+        "shm_size",
+        "devices",
+        "is_single_node",
+    )
+    fields = mapping(raw if raw is not None else {}, path, keys)
+    out = {
+        "slots_per_trial": get_int(fields, "slots_per_trial", path, 1, minimum=0),
+        "resource_pool": get_str(fields, "resource_pool", path, "default"),
+        "priority": get_int(fields, "priority", path, DEFAULT_PRIORITY, minimum=1, maximum=99),
+        "weight": get_number(fields, "weight", path, 1.0, above=0.0),
+        "max_slots": get_int(fields, "max_slots", path, None, minimum=0),
+        "shm_size": _shm_size(fields.get("shm_size")),
+        "devices": get_json(fields, "devices", path, [], kind=list),
+        "is_single_node": get_bool(fields, "is_single_node", path, False),
+    }
+    if out["max_slots"] is not None and out["max_slots"] < out["slots_per_trial"]:
+        raise ConfigError(
+            "resources.max_slots",
+            f"must be >= slots_per_trial ({out['slots_per_trial']}), got {out['max_slots']}",
+        )
+    return out
+
+
+def _shm_size(value: Any) -> Any:
+    """Bytes as an int, or a size string like "4G" (Docker's form)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return expect_int(value, "resources.shm_size", minimum=0)
+    if not _SHM.match(value.strip()):
+        raise ConfigError(
+            "resources.shm_size", f"expected bytes or a size like '4G', got {describe(value)}"
+        )
+    return value.strip()
+
+
+def merge_storage(user: Any, default: Any) -> Any:
+    """Lay the user's storage over the master's, unless the user picked another type."""
+    if not isinstance(default, Mapping) or not default:
+        return user
+    if user is None:
+        return dict(default)
+    if not isinstance(user, Mapping):
+        return user
+    if user.get("type") is not None and user.get("type") != default.get("type", "shared_fs"):
+        return user
+    return {**default, **user}
+
+
+def parse_checkpoint_storage(raw: Any, *, require_location: bool) -> dict[str, Any]:
+    """shared_fs (host_path) / s3 / gcs (bucket); every key present in the result."""
+    path = "checkpoint_storage"
+    raw = raw if raw is not None else {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(path, f"expected a mapping, got {describe(raw)}")
+    kind = get_str(raw, "type", path, "shared_fs", choices=STORAGE_TYPES)
+    fields = mapping(raw, path, _STORAGE_COMMON + _ALL_STORAGE_KEYS)
+    for key in _ALL_STORAGE_KEYS:
+        if key not in _STORAGE_KEYS[kind] and fields.get(key) is not None:
+            raise ConfigError(join(path, key), f"not valid for checkpoint storage type {kind}")
+    out: dict[str, Any] = {"type": kind}
+    out.update({key: None for key in _ALL_STORAGE_KEYS})
+    if kind == "shared_fs":
+        need = REQUIRED if require_location else None
+        out["host_path"] = get_absolute_path(fields, "host_path", path, need)
+        out["storage_path"] = get_str(fields, "storage_path", path, None)
+        out["propagation"] = get_str(fields, "propagation", path, "rprivate")
+    else:
+        out["bucket"] = get_str(fields, "bucket", path, REQUIRED)
+        out["prefix"] = get_str(fields, "prefix", path, None, allow_empty=True)
+    if kind == "s3":
+        for key in ("access_key", "secret_key", "endpoint_url"):
+            out[key] = get_str(fields, key, path, None)
+    for key, default in (
+        ("save_experiment_best", 0),
+        ("save_trial_best", 1),
+        ("save_trial_latest", 1),
+    ):
+        out[key] = get_int(fields, key, path, default, minimum=0)
+    return out
+
+
+def parse_environment(raw: Any, slots_per_trial: int) -> dict[str, Any]:
+    """image / environment_variables (normalised to a dict) / force_pull_image and friends."""
+    path = "environment"
+    keys = (
+        "image",
+        "environment_variables",
+        "force_pull_image",
+        "ports",
+        "registry_auth",
+        "add_capabilities",
+        "drop_capabilities",
+        "pod_spec",
+    )
+    fields = mapping(raw if raw is not None else {}, path, keys)
+    return {
+        "image": _image(fields.get("image"), slots_per_trial),
+        "environment_variables": _env_vars(fields.get("environment_variables")),
+        "force_pull_image": get_bool(fields, "force_pull_image", path, False),
+        "ports": get_json(fields, "ports", path, {}, kind=dict),
+        "registry_auth": get_json(fields, "registry_auth", path, None, kind=dict),
+        "add_capabilities": get_str_list(fields, "add_capabilities", path, []),
+        "drop_capabilities": get_str_list(fields, "drop_capabilities", path, []),
+        "pod_spec": get_json(fields, "pod_spec", path, None, kind=dict),
+    }
+
+
+def _image(value: Any, slots_per_trial: int) -> str:
+    """A string, or Determined's per-device mapping resolved to the one image we run."""
+    path = "environment.image"
+    if value is None:
+        return DEFAULT_IMAGE
+    if isinstance(value, Mapping):
+        fields = mapping(value, path, _DEVICES)
+        order = ("cpu", "cuda", "gpu", "rocm") if slots_per_trial == 0 else ("cuda", "gpu", "cpu")
+        for device in order + _DEVICES:
+            if fields.get(device) is not None:
+                return get_str(fields, device, path)
+        raise ConfigError(path, "expected at least one of cpu, cuda, gpu, rocm")
+    return get_str({"image": value}, "image", "environment")
+
+
+def _env_vars(value: Any) -> dict[str, str]:
+    """A list of "K=V", a mapping {K: V}, or Determined's {cpu: [...], cuda: [...]} -> {K: V}."""
+    path = "environment.environment_variables"
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        return _env_vars_at(value, path)
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            path, f"expected a list of 'KEY=VALUE' or a mapping, got {describe(value)}"
+        )
+    if value and all(k in _DEVICES and isinstance(v, list) for k, v in value.items()):
+        merged: dict[str, str] = {}
+        for device in _DEVICES:
+            if device in value:
+                merged.update(_env_vars_at(value[device], join(path, device)))
+        return merged
+    out: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ConfigError(path, f"invalid variable name {describe(key)}")
+        out[key] = _env_value(val, join(path, key))
+    return out
+
+
+def _env_vars_at(value: list, path: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for i, entry in enumerate(value):
+        if not isinstance(entry, str) or "=" not in entry or entry.startswith("="):
+            raise ConfigError(item(path, i), f"expected 'KEY=VALUE', got {describe(entry)}")
+        key, _, val = entry.partition("=")
+        out[key] = val
+    return out
+
+
+def _env_value(value: Any, path: str) -> str:
+    """Scalars become the string a shell would see; booleans as true/false."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ConfigError(path, f"expected a string, got {describe(value)}")
+
+
+def parse_bind_mounts(raw: Any) -> list[dict[str, Any]]:
+    """A list of {host_path (absolute), container_path, read_only, propagation}."""
+    path = "bind_mounts"
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(path, f"expected a list, got {describe(raw)}")
+    out = []
+    for i, entry in enumerate(raw):
+        here = item(path, i)
+        fields = mapping(entry, here, ("host_path", "container_path", "read_only", "propagation"))
+        out.append(
+            {
+                "host_path": get_absolute_path(fields, "host_path", here, REQUIRED),
+                "container_path": get_str(fields, "container_path", here, REQUIRED),
+                "read_only": get_bool(fields, "read_only", here, False),
+                "propagation": get_str(fields, "propagation", here, "rprivate"),
+            }
+        )
+    return out
+
+
+def parse_reproducibility(raw: Any) -> dict[str, Any]:
+    """experiment_seed stays None unless given: the master draws and stores one."""
+    path = "reproducibility"
+    fields = mapping(raw if raw is not None else {}, path, ("experiment_seed",))
+    return {
+        "experiment_seed": get_int(
+            fields, "experiment_seed", path, None, minimum=0, maximum=2**32 - 1
+        )
+    }

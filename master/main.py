@@ -1,0 +1,81 @@
+"""`det-master`: run the master."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from master.config import MasterConfigError, load_master_config
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="det-master", description="Run the detlab master.")
+    p.add_argument("--config", help="master.yaml")
+    p.add_argument("--db", help="database URL (default: SQLite in the data dir; or DET_DB_URL)")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8080)")
+    p.add_argument(
+        "--data-dir", help="data directory (default $DET_DATA_DIR or ~/.local/share/detlab)"
+    )
+    p.add_argument(
+        "--agent-timeout", type=float, help="seconds without a poll before an agent is LOST"
+    )
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("apscheduler", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        cfg = load_master_config(
+            args.config,
+            db=args.db,
+            host=args.host,
+            port=args.port,
+            data_dir=args.data_dir,
+            agent_timeout=args.agent_timeout,
+        )
+    except MasterConfigError as e:
+        print(f"det-master: {e}", file=sys.stderr)
+        return 2
+    from waitress import create_server
+
+    from master.app import create_app
+
+    try:
+        app = create_app(cfg)
+    except Exception as e:  # a bad DB URL or an unreachable database
+        logging.getLogger("detlab.master").exception("cannot start")
+        print(f"det-master: cannot start: {e}", file=sys.stderr)
+        return 1
+    server = create_server(
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        threads=cfg.server_threads,
+        connection_limit=4096,
+        channel_timeout=120,
+        ident="detlab",
+    )
+    db_kind = "SQLite" if cfg.db_url.startswith("sqlite") else "PostgreSQL"
+    print(
+        f"detlab master listening on http://{cfg.host}:{server.effective_port} "
+        f"({db_kind}, data dir {cfg.data_dir})",
+        flush=True,
+    )
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""SQLAlchemy 2.0 models: the master's whole durable state.
+
+Everything an agent or a trial knows can be rebuilt from these rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from master.db import BigIntPK, db, utcnow
+
+# JSONB on PostgreSQL (compact, indexable), plain JSON text elsewhere.
+JSONType = JSON().with_variant(JSONB(), "postgresql")
+TZ = DateTime(timezone=True)
+
+
+class User(db.Model):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(128), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(256))
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "username": self.username,
+            "admin": self.admin,
+            "active": self.active,
+        }
+
+
+class AuthToken(db.Model):
+    """A bearer token: a user's login session, or one allocation's session token."""
+
+    __tablename__ = "auth_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    allocation_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(TZ)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Agent(db.Model):
+    __tablename__ = "agents"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16), default="ACTIVE")
+    resource_pool: Mapped[str] = mapped_column(String(128), default="default")
+    hostname: Mapped[str | None] = mapped_column(String(256))
+    runtime: Mapped[str | None] = mapped_column(String(32))
+    version: Mapped[str | None] = mapped_column(String(32))
+    registered_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    # Latest per-slot stats ({slot index: {...}}), written with the heartbeat in one UPDATE.
+    slot_stats: Mapped[dict | None] = mapped_column(JSONType)
+    slots: Mapped[list[Slot]] = relationship(
+        back_populates="agent", order_by="Slot.index", cascade="all, delete-orphan"
+    )
+
+
+class Slot(db.Model):
+    __tablename__ = "slots"
+    __table_args__ = (UniqueConstraint("agent_id", "index", name="uq_slots_agent_index"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    agent_id: Mapped[str] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(8))
+    uuid: Mapped[str | None] = mapped_column(String(128))
+    name: Mapped[str | None] = mapped_column(String(256))
+    memory_mb: Mapped[int | None] = mapped_column(Integer)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    allocation_id: Mapped[str | None] = mapped_column(
+        ForeignKey("allocations.id", ondelete="SET NULL"), index=True
+    )
+    stats: Mapped[dict | None] = mapped_column(JSONType)
+    agent: Mapped[Agent] = relationship(back_populates="slots")
+
+
+class Experiment(db.Model):
+    __tablename__ = "experiments"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(512))
+    description: Mapped[str | None] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    config: Mapped[dict] = mapped_column(JSONType)
+    original_config: Mapped[str] = mapped_column(Text)
+    model_def: Mapped[bytes | None] = mapped_column(LargeBinary)
+    model_def_sha256: Mapped[str | None] = mapped_column(String(64))
+    searcher_state: Mapped[dict | None] = mapped_column(JSONType)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    resource_pool: Mapped[str] = mapped_column(String(128), default="default")
+    priority: Mapped[int] = mapped_column(Integer, default=42)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    # FIFO key within a priority; set by hand when a job is moved ahead of/behind another.
+    queue_order: Mapped[float | None] = mapped_column(Float)
+    best_trial_id: Mapped[int | None] = mapped_column(Integer)
+    best_validation: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(TZ)
+    owner: Mapped[User] = relationship()
+    trials: Mapped[list[Trial]] = relationship(
+        back_populates="experiment", order_by="Trial.id", cascade="all, delete-orphan"
+    )
+
+
+class Trial(db.Model):
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("experiment_id", "request_id", name="uq_trials_request"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    request_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    hparams: Mapped[dict] = mapped_column(JSONType)
+    seed: Mapped[int] = mapped_column(BigInteger)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    steps_completed: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The searcher's current ask: train to `searcher_target` (0 = no operation yet).
+    searcher_target: Mapped[int] = mapped_column(BigInteger, default=0)
+    searcher_completed: Mapped[int] = mapped_column(BigInteger, default=0)
+    # The searcher closed the trial: once its current operation is done it exits.
+    closing: Mapped[bool] = mapped_column(Boolean, default=False)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    best_validation: Mapped[float | None] = mapped_column(Float)
+    latest_validation: Mapped[dict | None] = mapped_column(JSONType)
+    latest_checkpoint: Mapped[str | None] = mapped_column(String(64))
+    exit_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(TZ)
+    experiment: Mapped[Experiment] = relationship(back_populates="trials")
+
+
+class Allocation(db.Model):
+    """One attempt to run a trial: a set of slots and the process(es) on them."""
+
+    __tablename__ = "allocations"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    agent_id: Mapped[str | None] = mapped_column(String(128), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    slot_indexes: Mapped[list] = mapped_column(JSONType, default=list)
+    # One container (process) per agent: {agent_id: {"rank", "slots", "state", "exit_code",
+    # "error", "kill"}}; a trial whose slots span agents has several.
+    containers: Mapped[dict | None] = mapped_column(JSONType)
+    preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    preempt_requested_at: Mapped[datetime | None] = mapped_column(TZ)
+    preempt_acked: Mapped[bool] = mapped_column(Boolean, default=False)
+    kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    exit_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(TZ)
+    ended_at: Mapped[datetime | None] = mapped_column(TZ)
+    trial: Mapped[Trial] = relationship()
+
+
+class Metric(db.Model):
+    __tablename__ = "metrics"
+    __table_args__ = (
+        Index("ix_metrics_trial_group_steps", "trial_id", "group", "steps_completed"),
+    )
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    group: Mapped[str] = mapped_column(String(32))
+    steps_completed: Mapped[int] = mapped_column(BigInteger)
+    metrics: Mapped[dict] = mapped_column(JSONType)
+    reported_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+
+
+class MetricBatch(db.Model):
+    """A stored batch of metric reports: a retried batch (lost reply) is recognised by its id."""
+
+    __tablename__ = "metric_batches"
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    batch_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    stored_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+
+
+class Checkpoint(db.Model):
+    __tablename__ = "checkpoints"
+    uuid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    experiment_id: Mapped[int] = mapped_column(Integer, index=True)
+    allocation_id: Mapped[str | None] = mapped_column(String(64))
+    steps_completed: Mapped[int] = mapped_column(BigInteger)
+    metadata_: Mapped[dict] = mapped_column("metadata", JSONType, default=dict)
+    resources: Mapped[dict] = mapped_column(JSONType, default=dict)
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    state: Mapped[str] = mapped_column(String(16), default="COMPLETED")
+    storage: Mapped[dict] = mapped_column(JSONType, default=dict)
+    reported_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+
+
+class TaskLog(db.Model):
+    """One line of trial output; `id` is the sequence number clients follow with `?after=`."""
+
+    __tablename__ = "task_logs"
+    __table_args__ = (Index("ix_task_logs_trial_id_id", "trial_id", "id"),)
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    allocation_id: Mapped[str | None] = mapped_column(String(64))
+    agent_id: Mapped[str | None] = mapped_column(String(128))
+    timestamp: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    stream: Mapped[str] = mapped_column(String(8))
+    line: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,56 @@
+"""In-process wake-ups for long polls (agents waiting for work, log followers, preemption).
+
+Versioned keys avoid the lost-wakeup race: read the version, check the database, then wait for
+the version to move past what was read.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+
+class Hub:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._versions: dict[str, int] = defaultdict(int)
+
+    def version(self, key: str) -> int:
+        with self._cond:
+            return self._versions[key]
+
+    def notify(self, *keys: str) -> None:
+        with self._cond:
+            for key in keys:
+                self._versions[key] += 1
+            self._cond.notify_all()
+
+    def wait(self, key: str, seen: int, timeout: float) -> bool:
+        """Wait until `key` moves past version `seen`; False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._versions[key] != seen, timeout=timeout)
+
+    def wait_any(self, keys: dict[str, int], timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: any(self._versions[k] != v for k, v in keys.items()), timeout=timeout
+            )
+
+
+hub = Hub()
+
+
+def agent_key(agent_id: str) -> str:
+    return f"agent:{agent_id}"
+
+
+def logs_key(trial_id: int) -> str:
+    return f"logs:{trial_id}"
+
+
+def preempt_key(allocation_id: str) -> str:
+    return f"preempt:{allocation_id}"
+
+
+def trial_key(trial_id: int) -> str:
+    return f"trial:{trial_id}"

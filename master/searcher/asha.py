@@ -1,0 +1,532 @@
+"""`adaptive_asha`: Determined's adaptive asynchronous successive halving.
+
+Layout (as in Determined): the brackets come from `bracket_rungs`, or from `mode` applied to
+`max_rungs` capped so that `divisor**(rungs-1)` fits in both max_length and max_trials;
+`aggressive` = [max_rungs], `standard` = the upper half, `conservative` = every count from 1 to
+max_rungs. Brackets run most-aggressive first and share `max_trials` in proportion to
+`divisor**(rungs-1)/rungs` (roughly equal budget per bracket). Rung k of a bracket with r rungs
+trains to `max(int(max_length / divisor**(r-1-k)), 1)` (repeated lengths are merged, so lengths
+always grow); the top rung is max_length.
+
+Two ways to early-stop:
+
+* Promotion (max_length form, the default). A trial that validates at rung k is promoted to rung
+  k+1 while it ranks in the top `floor(results_in_rung / divisor)` of rung k and the rung has
+  promoted fewer than that many. Otherwise it gets no op: its process exits and frees its slots,
+  the trial stays idle and may be promoted (`ValidateAfter`, resuming from its checkpoint) when
+  later results make it promotable. Idle trials are closed once their rung can receive no more
+  results; a trial at the top rung is closed after its result.
+* Stopping (`stop_once: true`, and Determined 0.38's `time_metric`/`max_time` form). The decision
+  is made once, when a trial passes a rung: it continues while it ranks in the top
+  `max(floor(results_in_rung / divisor), 1)` of the rung so far, else it is closed (`stop_once`)
+  or stopped (`Stop`, time form). In the time form every trial gets one `ValidateAfter(max_time)`
+  and rungs are values of `metrics[time_metric]` seen in `on_validation_metrics`.
+
+Trials are created (up to max_trials, spread over the brackets in proportion) whenever fewer
+than `max_concurrent_trials` trials have outstanding work; pending promotions come first. An
+INVALID_HP trial is forgotten (its results leave the rungs) and replaced; an ERRORED, canceled or
+master-closed trial that was training counts as the worst result of the rung it was training for.
+Ties rank by arrival (earlier first).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from master.expconf import max_length_value
+from master.searcher._common import as_metric, concurrency_limit, decode_float, encode_float
+from master.searcher.base import (
+    Close,
+    Create,
+    ExitedReason,
+    Operation,
+    SearchMethod,
+    Shutdown,
+    Stop,
+    ValidateAfter,
+)
+
+# Names under which the time metric may be missing from a report and mean the steps reported.
+_STEP_METRICS = ("batches", "steps_completed")
+
+
+# -- layout (pure, shared with preview) ---------------------------------------------------------
+
+
+def promote_quota(results: int, divisor: float) -> int:
+    """floor(results / divisor): how many of a rung's results may be promoted."""
+    return int(math.floor(results / divisor + 1e-9))
+
+
+def _rungs_that_fit(value: int, divisor: float) -> int:
+    """The largest r >= 1 with divisor**(r-1) <= value."""
+    r = 1
+    while divisor**r <= value * (1 + 1e-12):
+        r += 1
+    return r
+
+
+def mode_brackets(mode: str, max_rungs: int) -> list[int]:
+    """The rung counts of the brackets a mode runs (Determined's adaptive modes)."""
+    if mode == "aggressive":
+        return [max_rungs]
+    if mode == "conservative":
+        return list(range(1, max_rungs + 1))
+    return list(range((max_rungs - 1) // 2 + 1, max_rungs + 1))  # standard
+
+
+def bracket_trials(max_trials: int, divisor: float, brackets: list[int]) -> list[int]:
+    """max_trials split over brackets in proportion to divisor**(r-1)/r (summing to max_trials).
+
+    Every bracket gets at least one trial while trials remain; the remainder goes to the first
+    (most aggressive) bracket.
+    """
+    weights = [divisor ** (r - 1) / r for r in brackets]
+    total = sum(weights)
+    counts = [int(w / total * max_trials) for w in weights]
+    remaining = max_trials - sum(counts)
+    for i, count in enumerate(counts):
+        if count == 0 and remaining > 0:
+            counts[i] = 1
+            remaining -= 1
+    counts[0] += remaining
+    return counts
+
+
+def rung_lengths(max_length: int, divisor: float, num_rungs: int) -> list[int]:
+    """The (strictly growing) lengths of a bracket's rungs, the last being max_length."""
+    out: list[int] = []
+    for k in range(num_rungs):
+        length = max(int(max_length / divisor ** (num_rungs - 1 - k)), 1)
+        if k == num_rungs - 1:
+            length = max_length
+        if not out or length > out[-1]:
+            out.append(length)
+    return out
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """One bracket: its rung lengths and how many trials start in it."""
+
+    num_rungs: int
+    trials: int
+    lengths: tuple[int, ...]
+
+
+def asha_layout(config: dict) -> list[Bracket]:
+    """The brackets of an adaptive_asha config (brackets without trials are dropped)."""
+    s = config["searcher"]
+    divisor = float(s.get("divisor") or 4.0)
+    max_trials = int(s["max_trials"])
+    max_length = max_length_value(config)
+    brackets = [int(r) for r in (s.get("bracket_rungs") or [])]
+    if not brackets:
+        max_rungs = int(s.get("max_rungs") or 5)
+        max_rungs = min(
+            max_rungs, _rungs_that_fit(max_length, divisor), _rungs_that_fit(max_trials, divisor)
+        )
+        brackets = mode_brackets(str(s.get("mode") or "standard"), max_rungs)
+    brackets = sorted(brackets, reverse=True)  # most early stopping first
+    counts = bracket_trials(max_trials, divisor, brackets)
+    return [
+        Bracket(r, n, tuple(rung_lengths(max_length, divisor, r)))
+        for r, n in zip(brackets, counts, strict=True)
+        if n > 0
+    ]
+
+
+def is_stopping(config: dict) -> bool:
+    """Whether decisions are made once (stop_once, or the time_metric form)."""
+    s = config["searcher"]
+    return bool(s.get("stop_once")) or is_time_based(config)
+
+
+def is_time_based(config: dict) -> bool:
+    s = config["searcher"]
+    return s.get("time_metric") is not None and not s.get("max_length")
+
+
+def expected_rung_trials(trials: int, num_rungs: int, divisor: float, stopping: bool) -> list[int]:
+    """How many trials reach each rung.
+
+    Promotion form: exactly floor(n_k / divisor) once the bracket is done (without failures).
+    Stopping form: the expectation for random metrics, sum over i of max(floor(i/d), 1)/i.
+    """
+    out = [trials]
+    for _ in range(num_rungs - 1):
+        n = out[-1]
+        if stopping:
+            nxt = round(sum(max(promote_quota(i, divisor), 1) / i for i in range(1, n + 1)))
+        else:
+            nxt = promote_quota(n, divisor)
+        out.append(min(n, nxt))
+    return out
+
+
+def bracket_total_length(lengths: tuple[int, ...], reaching: list[int]) -> int:
+    """Total training length of a bracket (trials resume, so each rung adds its increment)."""
+    total, previous = 0, 0
+    for length, n in zip(lengths, reaching, strict=True):
+        total += n * (length - previous)
+        previous = length
+    return total
+
+
+def _entry_json(e: _Entry) -> list[Any]:
+    return [e.request_id, encode_float(e.metric), e.lost, e.promoted, e.seq]
+
+
+# -- the searcher ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Trial:
+    bracket: int
+    # running: the rung it trains for (time form: the next rung it will pass);
+    # idle: the rung it last reported at.
+    rung: int
+    state: str  # "running" | "idle" | "done"
+
+
+@dataclass
+class _Entry:
+    request_id: str
+    metric: float
+    lost: bool
+    promoted: bool
+    seq: int
+
+
+class AdaptiveASHASearch(SearchMethod):
+    """Adaptive ASHA (see the module docstring for the exact rules)."""
+
+    name = "adaptive_asha"
+
+    def __init__(self, config: dict, seed: int) -> None:
+        super().__init__(config, seed)
+        s = config["searcher"]
+        self.metric_name: str = s["metric"]
+        self.smaller_is_better = bool(s.get("smaller_is_better", True))
+        self.divisor = float(s.get("divisor") or 4.0)
+        self.time_based = is_time_based(config)
+        self.time_metric: str | None = s.get("time_metric")
+        self.stopping = is_stopping(config)
+        self.max_trials = int(s["max_trials"])
+        self.brackets = asha_layout(config)
+        self.limit = concurrency_limit(config, self.max_trials)
+        self.expected_total = sum(
+            bracket_total_length(
+                b.lengths,
+                expected_rung_trials(b.trials, len(b.lengths), self.divisor, self.stopping),
+            )
+            for b in self.brackets
+        )
+        # state
+        self.trials: dict[str, _Trial] = {}  # creation order
+        self.rungs: list[list[list[_Entry]]] = [[[] for _ in b.lengths] for b in self.brackets]
+        self.created = [0 for _ in self.brackets]  # per bracket, INVALID_HP ones not counted
+        self.seq = 0
+        self.invalid = 0
+        self.results = 0
+        self.started = False
+        self.shut_down = False
+
+    # -- public helpers (tests, previews) ----------------------------------------------------
+
+    def bracket_of(self, request_id: str) -> int | None:
+        trial = self.trials.get(request_id)
+        return None if trial is None else trial.bracket
+
+    # -- events --------------------------------------------------------------------------
+
+    def initial_operations(self) -> list[Operation]:
+        if self.started:
+            return []
+        self.started = True
+        return self._fill()
+
+    def on_validation_completed(
+        self, request_id: str, metric: float, length: int
+    ) -> list[Operation]:
+        trial = self.trials.get(request_id)
+        if trial is None or trial.state != "running":
+            return []
+        lengths = self.brackets[trial.bracket].lengths
+        if self.time_based:
+            if length < self.max_length:
+                return []
+            trial.state = "done"
+            self.results += 1
+            return [Close(request_id), *self._fill()]
+        if length < lengths[trial.rung]:
+            return []
+        value = as_metric(metric, self.smaller_is_better)
+        assert value is not None
+        self.results += 1
+        b, k = trial.bracket, trial.rung
+        entry = self._add_entry(b, k, request_id, value, lost=False)
+        ops: list[Operation] = []
+        if k == len(lengths) - 1:
+            trial.state = "done"
+            ops.append(Close(request_id))
+        elif self.stopping:
+            if self._continues(b, k, entry):
+                ops.append(self._promote(entry, b, k))
+            else:
+                trial.state = "done"
+                ops.append(Close(request_id))
+        else:
+            trial.state = "idle"
+            if any(e is entry for e in self._promotable(b, k)):
+                ops.append(self._promote(entry, b, k))  # it holds its slots already
+        return ops + self._fill()
+
+    def on_validation_metrics(self, request_id: str, metrics: dict, steps: int) -> list[Operation]:
+        if not self.time_based or not isinstance(metrics, dict):
+            return []
+        trial = self.trials.get(request_id)
+        if trial is None or trial.state != "running":
+            return []
+        raw_time = metrics.get(self.time_metric) if self.time_metric else None
+        if raw_time is None and self.time_metric in _STEP_METRICS:
+            raw_time = steps
+        try:
+            now = float(raw_time)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return []
+        value = as_metric(metrics.get(self.metric_name), self.smaller_is_better)
+        if not math.isfinite(now) or value is None:
+            return []
+        b = trial.bracket
+        lengths = self.brackets[b].lengths
+        top = len(lengths) - 1
+        while trial.rung < top and now >= lengths[trial.rung]:
+            self.results += 1
+            k = trial.rung
+            entry = self._add_entry(b, k, request_id, value, lost=False)
+            if not self._continues(b, k, entry):
+                trial.state = "done"
+                return [Stop(request_id), *self._fill()]
+            entry.promoted = True
+            trial.rung = k + 1
+        return []
+
+    def on_trial_closed(self, request_id: str) -> list[Operation]:
+        # The master ended a trial we did not close (e.g. killed): a lost result if it trained.
+        return self._lost(request_id)
+
+    def on_trial_exited_early(self, request_id: str, reason: ExitedReason) -> list[Operation]:
+        trial = self.trials.get(request_id)
+        if trial is None or trial.state == "done":
+            return []
+        if reason != ExitedReason.INVALID_HP:
+            return self._lost(request_id)
+        # Forget it entirely (its results leave the rungs) and let _fill replace it.
+        del self.trials[request_id]
+        self.created[trial.bracket] -= 1
+        self.invalid += 1
+        for rung in self.rungs[trial.bracket]:
+            rung[:] = [e for e in rung if e.request_id != request_id]
+        return self._fill()
+
+    def progress(self, lengths_completed: dict[str, float]) -> float:
+        if self.shut_down:
+            return 1.0
+        if self.expected_total <= 0:
+            return 0.0
+        done = sum(
+            max(0.0, min(float(lengths_completed.get(rid, 0.0)), float(self.max_length)))
+            for rid in self.trials
+        )
+        return max(0.0, min(1.0, done / self.expected_total))
+
+    # -- rungs -----------------------------------------------------------------------------
+
+    def _key(self, entry: _Entry) -> tuple[bool, float, int]:
+        value = entry.metric if self.smaller_is_better else -entry.metric
+        return (entry.lost, value, entry.seq)
+
+    def _ranked(self, b: int, k: int) -> list[_Entry]:
+        return sorted(self.rungs[b][k], key=self._key)
+
+    def _add_entry(self, b: int, k: int, request_id: str, metric: float, *, lost: bool) -> _Entry:
+        entry = _Entry(request_id, metric, lost, False, self.seq)
+        self.seq += 1
+        self.rungs[b][k].append(entry)
+        return entry
+
+    def _continues(self, b: int, k: int, entry: _Entry) -> bool:
+        """Stopping form: the entry is in the top max(floor(n/divisor), 1) of its rung."""
+        ranked = self._ranked(b, k)
+        quota = max(promote_quota(len(ranked), self.divisor), 1)
+        return any(e is entry for e in ranked[:quota])
+
+    def _promotable(self, b: int, k: int) -> list[_Entry]:
+        """Promotion form: idle trials of rung k that may be promoted now, best first."""
+        if self.stopping or k >= len(self.brackets[b].lengths) - 1:
+            return []
+        ranked = self._ranked(b, k)
+        quota = promote_quota(len(ranked), self.divisor)
+        room = quota - sum(1 for e in ranked if e.promoted)
+        out: list[_Entry] = []
+        for entry in ranked[:quota]:
+            if len(out) >= room:
+                break
+            trial = self.trials.get(entry.request_id)
+            if (
+                not entry.promoted
+                and not entry.lost
+                and trial is not None
+                and trial.state == "idle"
+                and trial.rung == k
+            ):
+                out.append(entry)
+        return out
+
+    def _promote(self, entry: _Entry, b: int, k: int) -> ValidateAfter:
+        trial = self.trials[entry.request_id]
+        entry.promoted = True
+        trial.rung = k + 1
+        trial.state = "running"
+        return ValidateAfter(entry.request_id, self.brackets[b].lengths[k + 1])
+
+    def _lost(self, request_id: str) -> list[Operation]:
+        trial = self.trials.get(request_id)
+        if trial is None or trial.state == "done":
+            return []
+        if trial.state == "running" and trial.rung < len(self.brackets[trial.bracket].lengths) - 1:
+            worst = math.inf if self.smaller_is_better else -math.inf
+            self._add_entry(trial.bracket, trial.rung, request_id, worst, lost=True)
+        trial.state = "done"
+        return self._fill()
+
+    # -- creating, promoting, closing ------------------------------------------------------
+
+    def _running(self) -> int:
+        return sum(1 for t in self.trials.values() if t.state == "running")
+
+    def _next_bracket(self) -> int | None:
+        """The bracket furthest behind its share of trials (earliest on ties), if any."""
+        best: int | None = None
+        for i, bracket in enumerate(self.brackets):
+            if self.created[i] >= bracket.trials:
+                continue
+            if best is None or (
+                self.created[i] * self.brackets[best].trials < self.created[best] * bracket.trials
+            ):
+                best = i
+        return best
+
+    def _next_promotion(self) -> tuple[int, int, _Entry] | None:
+        if self.stopping:
+            return None
+        for b, bracket in enumerate(self.brackets):
+            for k in range(len(bracket.lengths) - 2, -1, -1):
+                promotable = self._promotable(b, k)
+                if promotable:
+                    return b, k, promotable[0]
+        return None
+
+    def _fill(self) -> list[Operation]:
+        ops: list[Operation] = []
+        if self.shut_down:
+            return ops
+        running = self._running()
+        while running < self.limit:
+            promotion = self._next_promotion()
+            if promotion is not None:
+                b, k, entry = promotion
+                ops.append(self._promote(entry, b, k))
+                running += 1
+                continue
+            b = self._next_bracket()
+            if b is None:
+                break
+            create: Create = self._create()
+            self.trials[create.request_id] = _Trial(b, 0, "running")
+            self.created[b] += 1
+            running += 1
+            first = self.max_length if self.time_based else self.brackets[b].lengths[0]
+            ops += [create, ValidateAfter(create.request_id, first)]
+        ops += self._close_settled()
+        if running == 0 and self._next_bracket() is None:
+            for rid, trial in self.trials.items():  # nothing can promote them any more
+                if trial.state == "idle":
+                    trial.state = "done"
+                    ops.append(Close(rid))
+            self.shut_down = True
+            ops.append(Shutdown(failure=self.results == 0))
+        return ops
+
+    def _close_settled(self) -> list[Operation]:
+        """Close idle trials of rungs that can receive no more results and cannot promote them.
+
+        Rung k of a bracket is settled once the bracket has created all its trials, no trial
+        trains for a rung <= k and no promotion into a rung <= k is pending.
+        """
+        if self.stopping:
+            return []
+        ops: list[Operation] = []
+        for b, bracket in enumerate(self.brackets):
+            if self.created[b] < bracket.trials:
+                continue
+            top = len(bracket.lengths) - 1
+            settled = top
+            for trial in self.trials.values():
+                if trial.bracket == b and trial.state == "running":
+                    settled = min(settled, trial.rung)
+            pending: dict[int, set[str]] = {}
+            for k in range(settled):
+                pending[k] = {e.request_id for e in self._promotable(b, k)}
+                if pending[k]:
+                    settled = min(settled, k + 1)
+            for k in range(settled):
+                for entry in self.rungs[b][k]:
+                    trial = self.trials.get(entry.request_id)
+                    if (
+                        trial is not None
+                        and trial.state == "idle"
+                        and trial.rung == k
+                        and entry.request_id not in pending.get(k, set())
+                    ):
+                        trial.state = "done"
+                        ops.append(Close(entry.request_id))
+        return ops
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "trials": [[rid, t.bracket, t.rung, t.state] for rid, t in self.trials.items()],
+            "rungs": [[[_entry_json(e) for e in rung] for rung in b] for b in self.rungs],
+            "created": list(self.created),
+            "seq": self.seq,
+            "invalid": self.invalid,
+            "results": self.results,
+            "started": self.started,
+            "shut_down": self.shut_down,
+        }
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        self.trials = {
+            rid: _Trial(int(b), int(k), str(status)) for rid, b, k, status in state["trials"]
+        }
+        self.rungs = [
+            [
+                [
+                    _Entry(rid, decode_float(m), bool(lost), bool(promoted), int(seq))
+                    for rid, m, lost, promoted, seq in rung
+                ]
+                for rung in bracket
+            ]
+            for bracket in state["rungs"]
+        ]
+        self.created = [int(n) for n in state["created"]]
+        self.seq = int(state["seq"])
+        self.invalid = int(state["invalid"])
+        self.results = int(state["results"])
+        self.started = bool(state["started"])
+        self.shut_down = bool(state["shut_down"])

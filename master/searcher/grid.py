@@ -1,0 +1,40 @@
+"""`grid`: one trial per point of the hyperparameter grid, each trained to max_length."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from master.searcher._common import IndependentSearch
+from master.searcher.hparams import grid, grid_size
+
+
+def grid_trials(config: dict) -> int:
+    """How many trials a grid search runs: the grid's size, capped by max_trials if set."""
+    size = grid_size(config.get("hyperparameters") or {})
+    cap = config["searcher"].get("max_trials")
+    return min(size, int(cap)) if cap else size
+
+
+class GridSearch(IndependentSearch):
+    """Every grid point (in `hparams.grid` order), `max_concurrent_trials` at a time (0: all).
+
+    Each trial validates once at max_length and is closed. An INVALID_HP point is not
+    replaced (there is nothing else to try in its place); it counts as done.
+    """
+
+    name = "grid"
+    replace_invalid = False
+
+    def __init__(self, config: dict, seed: int) -> None:
+        super().__init__(config, seed)
+        self._total = grid_trials(config)
+        self._points: list[dict[str, Any]] | None = None
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def _next_hparams(self) -> dict[str, Any]:
+        if self._points is None:
+            self._points = grid(self.config.get("hyperparameters") or {})
+        return self._points[self.issued]

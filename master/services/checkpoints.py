@@ -1,0 +1,99 @@
+"""Checkpoints: registered by trials after they wrote the files to checkpoint storage."""
+
+from __future__ import annotations
+
+import os
+import uuid as uuidlib
+from typing import Any
+
+from sqlalchemy import select
+
+from master.db import db, iso
+from master.errors import BadRequest, Conflict, NotFound
+from master.models import Checkpoint, Trial
+
+
+def storage_dir(config: dict, ckpt_uuid: str) -> str | None:
+    """Where a shared_fs checkpoint lives on the host; None for object stores."""
+    storage = config.get("checkpoint_storage") or {}
+    if storage.get("type", "shared_fs") != "shared_fs" or not storage.get("host_path"):
+        return None
+    base = storage["host_path"]
+    if storage.get("storage_path"):
+        base = os.path.join(base, storage["storage_path"])
+    return os.path.join(base, ckpt_uuid)
+
+
+def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> Checkpoint:
+    raw_uuid = body.get("uuid")
+    try:
+        ckpt_uuid = str(uuidlib.UUID(str(raw_uuid)))
+    except ValueError:
+        raise BadRequest("uuid must be a UUID", path="uuid") from None
+    steps = body.get("steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise BadRequest("steps_completed must be an integer >= 0", path="steps_completed")
+    metadata = body.get("metadata") or {}
+    resources = body.get("resources") or {}
+    if not isinstance(metadata, dict):
+        raise BadRequest("metadata must be an object", path="metadata")
+    if not isinstance(resources, dict) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in resources.values()
+    ):
+        raise BadRequest("resources must map relative paths to sizes", path="resources")
+    if db.session.get(Checkpoint, ckpt_uuid) is not None:
+        raise Conflict(f"checkpoint {ckpt_uuid} is already registered")
+    exp = trial.experiment
+    path = storage_dir(exp.config, ckpt_uuid)
+    storage = {"type": (exp.config.get("checkpoint_storage") or {}).get("type", "shared_fs")}
+    if path:
+        storage["path"] = path
+    ckpt = Checkpoint(
+        uuid=ckpt_uuid,
+        trial_id=trial.id,
+        experiment_id=trial.experiment_id,
+        allocation_id=allocation_id,
+        steps_completed=steps,
+        metadata_=metadata,
+        resources=resources,
+        size=sum(resources.values()),
+        state=str(body.get("state") or "COMPLETED"),
+        storage=storage,
+    )
+    db.session.add(ckpt)
+    trial.latest_checkpoint = ckpt_uuid
+    trial.steps_completed = max(trial.steps_completed, steps)
+    db.session.commit()
+    return ckpt
+
+
+def get(ckpt_uuid: str) -> Checkpoint:
+    ckpt = db.session.get(Checkpoint, ckpt_uuid)
+    if ckpt is None:
+        raise NotFound(f"checkpoint {ckpt_uuid} not found")
+    return ckpt
+
+
+def checkpoints_of(*, trial_id: int | None = None, experiment_id: int | None = None) -> list:
+    q = select(Checkpoint)
+    if trial_id is not None:
+        q = q.where(Checkpoint.trial_id == trial_id)
+    if experiment_id is not None:
+        q = q.where(Checkpoint.experiment_id == experiment_id)
+    return list(db.session.execute(q.order_by(Checkpoint.reported_at)).scalars())
+
+
+def checkpoint_json(c: Checkpoint) -> dict:
+    return {
+        "uuid": c.uuid,
+        "trial_id": c.trial_id,
+        "experiment_id": c.experiment_id,
+        "allocation_id": c.allocation_id,
+        "steps_completed": c.steps_completed,
+        "metadata": c.metadata_,
+        "resources": c.resources,
+        "size": c.size,
+        "state": c.state,
+        "storage": c.storage,
+        "reported_at": iso(c.reported_at),
+    }

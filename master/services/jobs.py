@@ -1,0 +1,273 @@
+"""The job queue: every experiment with queued or running trials is a job in its pool's queue.
+
+The listing and the scheduler use the same order (priority, then the FIFO key, which a person
+can change by moving a job ahead of or behind another).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import func, select
+from sqlalchemy.orm import selectinload
+
+from master.db import db, iso, utcnow
+from master.errors import BadRequest, NotFound
+from master.models import Agent, Allocation, Experiment, Slot, Trial
+from master.scheduler import PoolPolicy, queue_order
+from master.services import STATE_LOCK
+from master.services.scheduling import (
+    job_order,
+    queued_trials,
+    scheduler_inputs,
+    waiting_reasons,
+)
+from master.states import State
+
+LIVE = ("ASSIGNED", "RUNNING")
+
+
+def _sort_key(exp: Experiment) -> tuple:
+    return (exp.priority, job_order(exp), exp.id)
+
+
+def pool_policies() -> dict[str, dict[str, Any]]:
+    pools = {}
+    for p in current_app.config["DET"].resource_pools:
+        sched = dict(p.scheduler or {})
+        pools[p.name] = {
+            "name": p.name,
+            "description": p.description,
+            "scheduler": {
+                "type": sched.get("type", "priority"),
+                "preemption": bool(sched.get("preemption", False)),
+                "fitting_policy": sched.get("fitting_policy", "best"),
+            },
+        }
+    return pools
+
+
+def _slots(exp: Experiment) -> int:
+    return int(exp.config.get("resources", {}).get("slots_per_trial", 1))
+
+
+def queue_jobs(pool: str | None = None) -> list[dict[str, Any]]:
+    """Every pool with its jobs in queue order."""
+    policies = pool_policies()
+    queued_by_exp: dict[int, list[Trial]] = {}
+    for trial, exp in queued_trials():
+        queued_by_exp.setdefault(exp.id, []).append(trial)
+    running_rows = db.session.execute(
+        select(Trial.experiment_id, func.count(Allocation.id))
+        .join(Allocation, Allocation.trial_id == Trial.id)
+        .where(Allocation.state.in_(LIVE))
+        .group_by(Trial.experiment_id)
+    ).all()
+    running_by_exp = {eid: n for eid, n in running_rows}
+    exp_ids = set(queued_by_exp) | set(running_by_exp)
+    exps = (
+        list(db.session.execute(select(Experiment).where(Experiment.id.in_(exp_ids))).scalars())
+        if exp_ids
+        else []
+    )
+    pools = []
+    for name, policy in policies.items():
+        if pool and name != pool:
+            continue
+        agents = list(
+            db.session.execute(
+                select(Agent)
+                .where(Agent.resource_pool == name, Agent.state == "ACTIVE")
+                .options(selectinload(Agent.slots))
+            ).scalars()
+        )
+        total = sum(1 for a in agents for s in a.slots if s.enabled)
+        used = sum(1 for a in agents for s in a.slots if s.enabled and s.allocation_id)
+        jobs = []
+        members = sorted((e for e in exps if e.resource_pool == name), key=_sort_key)
+        if policy["scheduler"]["type"] == "fair_share" and members:
+            members = _fair_share_order(members, queued_by_exp, name)
+        for position, exp in enumerate(members, start=1):
+            queued = queued_by_exp.get(exp.id, [])
+            running = running_by_exp.get(exp.id, 0)
+            slots = _slots(exp)
+            reason = next((waiting_reasons[t.id] for t in queued if t.id in waiting_reasons), None)
+            jobs.append(
+                {
+                    "job_id": str(exp.id),
+                    "type": "EXPERIMENT",
+                    "experiment_id": exp.id,
+                    "name": exp.name,
+                    "user": exp.owner.username if exp.owner else None,
+                    "owner_id": exp.owner_id,
+                    "state": "SCHEDULED" if running else "QUEUED",
+                    "position": position,
+                    "jobs_ahead": position - 1,
+                    "priority": exp.priority,
+                    "weight": exp.weight,
+                    "resource_pool": exp.resource_pool,
+                    "slots_requested": slots * (len(queued) + running),
+                    "slots_held": slots * running,
+                    "trials_queued": len(queued),
+                    "trials_running": running,
+                    "submitted_at": iso(exp.created_at),
+                    "reason": reason if queued else None,
+                }
+            )
+        pools.append(
+            {
+                **policy,
+                "slots_total": total,
+                "slots_used": used,
+                "agents": len(agents),
+                "jobs": jobs,
+            }
+        )
+    if pool and not pools:
+        raise NotFound(f"no resource pool {pool!r}")
+    return pools
+
+
+def _fair_share_order(
+    members: list[Experiment], queued_by_exp: dict[int, list[Trial]], pool: str
+) -> list[Experiment]:
+    """The order the fair-share scheduler considers the pool's jobs in (least served first)."""
+    queued = [(t, e) for e in members for t in queued_by_exp.get(e.id, [])]
+    requests, running, _ = scheduler_inputs(queued)
+    order = queue_order(
+        [r for r in requests if r.pool == pool],
+        [r for r in running if r.pool == pool],
+        PoolPolicy(type="fair_share"),
+    )
+    rank = {job: i for i, job in enumerate(order)}
+    return sorted(members, key=lambda e: (rank.get(str(e.id), len(rank)), _sort_key(e)))
+
+
+def find_job(job_id: str) -> dict[str, Any] | None:
+    for p in queue_jobs():
+        for job in p["jobs"]:
+            if job["job_id"] == job_id:
+                return job
+    return None
+
+
+def _job_experiment(job_id: str) -> Experiment:
+    try:
+        exp = db.session.get(Experiment, int(job_id))
+    except ValueError:
+        exp = None
+    if exp is None:
+        raise NotFound(f"job {job_id} not found")
+    return exp
+
+
+def update_job(job_id: str, body: dict[str, Any]) -> Experiment:
+    """Change priority, weight, pool or queue position. Caller checks ownership."""
+    allowed = {"priority", "weight", "resource_pool", "ahead_of", "behind_of"}
+    unknown = set(body) - allowed
+    if unknown:
+        key = sorted(unknown)[0]
+        raise BadRequest(f"unknown field {key!r}; expected one of {sorted(allowed)}", path=key)
+    if "ahead_of" in body and "behind_of" in body:
+        raise BadRequest("give ahead_of or behind_of, not both", path="ahead_of")
+    with STATE_LOCK:
+        exp = _job_experiment(job_id)
+        if exp.state not in (State.ACTIVE, State.PAUSED):
+            raise BadRequest(f"job {job_id} is {exp.state}; only active jobs can be changed")
+        if "priority" in body:
+            p = body["priority"]
+            if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 99:
+                raise BadRequest("priority must be an integer from 1 to 99", path="priority")
+            exp.priority = p
+            _set_config(exp, "priority", p)
+        if "weight" in body:
+            w = body["weight"]
+            if isinstance(w, bool) or not isinstance(w, int | float) or w <= 0:
+                raise BadRequest("weight must be a number > 0", path="weight")
+            exp.weight = float(w)
+            _set_config(exp, "weight", float(w))
+        if "resource_pool" in body:
+            _move_pool(exp, body["resource_pool"])
+        for key in ("ahead_of", "behind_of"):
+            if key in body:
+                _reorder(exp, str(body[key]), ahead=key == "ahead_of")
+        db.session.commit()
+    return exp
+
+
+def _set_config(exp: Experiment, key: str, value: Any) -> None:
+    config = dict(exp.config)
+    config["resources"] = {**config.get("resources", {}), key: value}
+    exp.config = config
+
+
+def _move_pool(exp: Experiment, pool: Any) -> None:
+    names = [p.name for p in current_app.config["DET"].resource_pools]
+    if not isinstance(pool, str) or pool not in names:
+        raise BadRequest(
+            f"unknown resource pool {pool!r}; this cluster has {', '.join(names)}",
+            path="resource_pool",
+        )
+    if pool == exp.resource_pool:
+        return
+    exp.resource_pool = pool
+    _set_config(exp, "resource_pool", pool)
+    # Running trials leave their slots (checkpoint + exit) and queue again in the new pool.
+    from master.services.experiments import preempt_trial
+
+    for trial in exp.trials:
+        preempt_trial(trial)
+
+
+def _reorder(exp: Experiment, other_id: str, *, ahead: bool) -> None:
+    other = _job_experiment(other_id)
+    if other.id == exp.id:
+        raise BadRequest(
+            "a job cannot move relative to itself", path="ahead_of" if ahead else "behind_of"
+        )
+    if other.resource_pool != exp.resource_pool:
+        raise BadRequest(
+            f"job {other_id} is in pool {other.resource_pool!r}, job {exp.id} in "
+            f"{exp.resource_pool!r}; move pools first",
+            path="ahead_of" if ahead else "behind_of",
+        )
+    # Taking the other job's priority is what makes "ahead of" mean ahead in the queue.
+    exp.priority = other.priority
+    _set_config(exp, "priority", other.priority)
+    same = sorted(
+        (
+            e
+            for e in db.session.execute(
+                select(Experiment).where(
+                    Experiment.resource_pool == exp.resource_pool,
+                    Experiment.priority == other.priority,
+                    Experiment.state.in_((State.ACTIVE.value, State.PAUSED.value)),
+                    Experiment.id != exp.id,
+                )
+            ).scalars()
+        ),
+        key=_sort_key,
+    )
+    idx = next(i for i, e in enumerate(same) if e.id == other.id)
+    anchor = job_order(other)
+    if ahead:
+        prev = job_order(same[idx - 1]) if idx > 0 else anchor - 2.0
+        exp.queue_order = (prev + anchor) / 2
+    else:
+        nxt = job_order(same[idx + 1]) if idx + 1 < len(same) else anchor + 2.0
+        exp.queue_order = (anchor + nxt) / 2
+
+
+def slots_held_by(exp_id: int) -> int:
+    return int(
+        db.session.execute(
+            select(func.count(Slot.id))
+            .join(Allocation, Slot.allocation_id == Allocation.id)
+            .join(Trial, Allocation.trial_id == Trial.id)
+            .where(Trial.experiment_id == exp_id)
+        ).scalar_one()
+    )
+
+
+__all__ = ["job_order", "queue_jobs", "update_job", "utcnow"]

@@ -1,0 +1,150 @@
+"""Trial logs: ingest batches from agents, add the master's own lines, read and follow them.
+
+Inserts are serialised by one lock so sequence numbers (the row ids) become visible in order:
+a follower reading `?after=N` never skips a line that commits late.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from master.db import db, iso, utcnow
+from master.errors import BadRequest
+from master.models import Allocation, TaskLog, Trial
+from master.notify import hub, logs_key
+from master.states import is_terminal
+
+LOG_WRITE_LOCK = threading.Lock()
+MAX_LINE = 64 * 1024
+_alloc_trial: dict[str, int] = {}
+
+
+def _trial_for_allocation(alloc_id: str) -> int | None:
+    tid = _alloc_trial.get(alloc_id)
+    if tid is None:
+        alloc = db.session.get(Allocation, alloc_id)
+        if alloc is None:
+            return None
+        tid = alloc.trial_id
+        if len(_alloc_trial) > 100_000:
+            _alloc_trial.clear()
+        _alloc_trial[alloc_id] = tid
+    return tid
+
+
+def _parse_ts(value: Any) -> datetime:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+    return utcnow()
+
+
+def ingest_agent_logs(agent_id: str, entries: Any) -> int:
+    if not isinstance(entries, list):
+        raise BadRequest("logs must be a list", path="logs")
+    rows = []
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict) or not isinstance(e.get("line"), str):
+            raise BadRequest("each log entry needs a string 'line'", path=f"logs[{i}].line")
+        tid = _trial_for_allocation(str(e.get("allocation_id")))
+        if tid is None:
+            continue  # an allocation the master never knew: drop its lines
+        stream = e.get("stream") if e.get("stream") in ("stdout", "stderr") else "stdout"
+        rows.append(
+            {
+                "trial_id": tid,
+                "allocation_id": e.get("allocation_id"),
+                "agent_id": agent_id,
+                "timestamp": _parse_ts(e.get("timestamp")),
+                "stream": stream,
+                "line": e["line"][:MAX_LINE],
+            }
+        )
+    _insert(rows)
+    return len(rows)
+
+
+def write_master_line(trial_id: int, alloc: Allocation | None, line: str) -> None:
+    """A line from the master itself (restarts, failures), in the trial's log. No commit here."""
+    _insert(
+        [
+            {
+                "trial_id": trial_id,
+                "allocation_id": alloc.id if alloc else None,
+                "agent_id": alloc.agent_id if alloc else None,
+                "timestamp": utcnow(),
+                "stream": "master",
+                "line": f"[master] {line}",
+            }
+        ],
+        commit=False,
+    )
+
+
+def _insert(rows: list[dict], commit: bool = True) -> None:
+    if not rows:
+        return
+    if commit:
+        with LOG_WRITE_LOCK:
+            db.session.execute(TaskLog.__table__.insert(), rows)
+            db.session.commit()
+    else:
+        # Inside a state transition: the caller commits; the lock still orders it with ingest.
+        db.session.execute(TaskLog.__table__.insert(), rows)
+    hub.notify(*{logs_key(r["trial_id"]) for r in rows})
+
+
+def read_logs(trial_id: int, after: int, limit: int) -> list[dict]:
+    rows = db.session.execute(
+        select(TaskLog)
+        .where(TaskLog.trial_id == trial_id, TaskLog.id > after)
+        .order_by(TaskLog.id)
+        .limit(limit)
+    ).scalars()
+    return [
+        {
+            "seq": r.id,
+            "timestamp": iso(r.timestamp),
+            "stream": r.stream,
+            "agent_id": r.agent_id,
+            "allocation_id": r.allocation_id,
+            "line": r.line,
+        }
+        for r in rows
+    ]
+
+
+LOG_GRACE_S = 3.0  # agents ship the last lines a moment after they report the exit
+
+
+def _ended_for(trial: Trial | None) -> float | None:
+    """Seconds since the trial ended, None while it runs."""
+    if trial is None or not is_terminal(trial.state):
+        return None
+    if trial.ended_at is None:
+        return LOG_GRACE_S
+    ended = trial.ended_at if trial.ended_at.tzinfo else trial.ended_at.replace(tzinfo=UTC)
+    return (utcnow() - ended).total_seconds()
+
+
+def logs_page(trial_id: int, after: int, limit: int, follow: bool, timeout: float) -> dict:
+    seen = hub.version(logs_key(trial_id))
+    logs = read_logs(trial_id, after, limit)
+    ended_for = _ended_for(db.session.get(Trial, trial_id))
+    if not logs and follow:
+        wait = timeout if ended_for is None else max(0.0, min(timeout, LOG_GRACE_S - ended_for))
+        if wait > 0:
+            db.session.commit()  # end the read transaction before waiting
+            hub.wait(logs_key(trial_id), seen, wait)
+            logs = read_logs(trial_id, after, limit)
+            db.session.expire_all()
+            ended_for = _ended_for(db.session.get(Trial, trial_id))
+    last = logs[-1]["seq"] if logs else after
+    done = not logs and ended_for is not None and ended_for >= LOG_GRACE_S
+    return {"logs": logs, "last_seq": last, "done": done}

@@ -1,0 +1,141 @@
+"""Applying a searcher's operations to an experiment's trials, persisting its state each time."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sqlalchemy import select
+
+from master.db import db, utcnow
+from master.models import Allocation, Experiment, Trial
+from master.searcher import (
+    Close,
+    Create,
+    ExitedReason,
+    Operation,
+    SearchMethod,
+    Shutdown,
+    ValidateAfter,
+    make_searcher,
+)
+from master.searcher.base import Stop
+from master.states import State, is_terminal
+
+LIVE = ("ASSIGNED", "RUNNING")
+
+
+def load_searcher(exp: Experiment) -> SearchMethod:
+    method = make_searcher(exp.config, exp.seed)
+    if exp.searcher_state is not None:
+        method.restore(exp.searcher_state)
+    return method
+
+
+def live_allocation(trial_id: int) -> Allocation | None:
+    return db.session.execute(
+        select(Allocation).where(Allocation.trial_id == trial_id, Allocation.state.in_(LIVE))
+    ).scalar_one_or_none()
+
+
+def _trial_by_request(exp: Experiment, request_id: str) -> Trial | None:
+    return db.session.execute(
+        select(Trial).where(Trial.experiment_id == exp.id, Trial.request_id == request_id)
+    ).scalar_one_or_none()
+
+
+def apply_operations(exp: Experiment, method: SearchMethod, ops: list[Operation]) -> None:
+    """Carry out `ops` (and whatever the searcher asks in reaction), then snapshot the searcher.
+
+    The snapshot is written in the same transaction as the trials it created, so a master
+    restart never loses or duplicates a trial.
+    """
+    queue: deque[Operation] = deque(ops)
+    stopped: list[str] = []
+    while queue:
+        op = queue.popleft()
+        if isinstance(op, Create):
+            if _trial_by_request(exp, op.request_id) is None:
+                state = State.PAUSED if exp.state == State.PAUSED else State.ACTIVE
+                trial = Trial(
+                    experiment_id=exp.id,
+                    request_id=op.request_id,
+                    state=state.value,
+                    hparams=op.hparams,
+                    seed=op.seed,
+                )
+                db.session.add(trial)
+                db.session.flush()
+            queue.extend(method.on_trial_created(op.request_id))
+        elif isinstance(op, ValidateAfter):
+            trial = _trial_by_request(exp, op.request_id)
+            if trial is not None and not is_terminal(trial.state):
+                trial.searcher_target = max(trial.searcher_target, op.length)
+                trial.closing = False
+        elif isinstance(op, Close):
+            trial = _trial_by_request(exp, op.request_id)
+            if trial is None or is_terminal(trial.state):
+                continue
+            trial.closing = True
+            if (
+                live_allocation(trial.id) is None
+                and trial.searcher_completed >= trial.searcher_target
+            ):
+                trial.state = State.COMPLETED.value
+                trial.ended_at = utcnow()
+                queue.extend(method.on_trial_closed(op.request_id))
+        elif isinstance(op, Stop):
+            # Stop early (time_metric form): no more work; a running trial gets the
+            # preemption signal, checkpoints and exits, and then completes.
+            trial = _trial_by_request(exp, op.request_id)
+            if trial is None or is_terminal(trial.state):
+                continue
+            trial.closing = True
+            trial.searcher_target = trial.searcher_completed
+            alloc = live_allocation(trial.id)
+            if alloc is None:
+                trial.state = State.COMPLETED.value
+                trial.ended_at = utcnow()
+                queue.extend(method.on_trial_closed(op.request_id))
+            elif not alloc.preempt_requested:
+                alloc.preempt_requested = True
+                alloc.preempt_requested_at = utcnow()
+                stopped.append(alloc.id)
+        elif isinstance(op, Shutdown) and exp.state in (State.ACTIVE, State.PAUSED):
+            exp.state = (State.STOPPING_ERROR if op.failure else State.STOPPING_COMPLETED).value
+    exp.searcher_state = method.snapshot()
+    if stopped:
+        from master.notify import hub, preempt_key
+
+        hub.notify(*(preempt_key(a) for a in stopped))
+
+
+def searcher_validation_metrics(exp: Experiment, trial: Trial, reports: list[dict]) -> None:
+    """Let the searcher see every validation report (the time_metric form stops losers)."""
+    method = load_searcher(exp)
+    ops: list[Operation] = []
+    for r in reports:
+        ops.extend(method.on_validation_metrics(trial.request_id, r["metrics"], r["steps"]))
+    apply_operations(exp, method, ops)
+
+
+def searcher_exited_early(exp: Experiment, trial: Trial, reason: ExitedReason) -> None:
+    method = load_searcher(exp)
+    apply_operations(exp, method, method.on_trial_exited_early(trial.request_id, reason))
+
+
+def searcher_trial_closed(exp: Experiment, trial: Trial) -> None:
+    method = load_searcher(exp)
+    apply_operations(exp, method, method.on_trial_closed(trial.request_id))
+
+
+def update_progress(exp: Experiment) -> None:
+    method = load_searcher(exp)
+    lengths = {
+        # `progress` is the fraction of the current operation (0..1) the trial last reported.
+        t.request_id: float(max(t.searcher_completed, min(t.progress, 1.0) * t.searcher_target))
+        for t in exp.trials
+    }
+    try:
+        exp.progress = max(0.0, min(1.0, float(method.progress(lengths))))
+    except (ZeroDivisionError, ValueError):
+        pass

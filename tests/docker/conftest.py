@@ -1,0 +1,69 @@
+"""Fixtures for the docker runtime's tests: a real Docker engine and the offline test image.
+
+They skip, saying why, only when the engine does not answer (scripts/docker-setup, which
+scripts/test runs first, installs and starts it where it can).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.cluster import Cluster
+from tests.docker.image import IMAGE, engine_error, ensure_image
+
+LABEL_AGENT = "ai.detlab.agent"
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    why = engine_error()
+    if why:
+        pytest.skip(f"{why} (scripts/docker-setup installs and starts one)")
+    return ensure_image(IMAGE)
+
+
+@pytest.fixture(scope="session")
+def docker_client(docker_image: str) -> Iterator[Any]:
+    import docker
+
+    client = docker.from_env(timeout=60)
+    yield client
+    client.close()
+
+
+def agent_containers(client: Any, agent_id: str, **filters: Any) -> list[Any]:
+    return client.containers.list(
+        all=True, filters={"label": f"{LABEL_AGENT}={agent_id}", **filters}
+    )
+
+
+def remove_agent_containers(client: Any, agent_id: str) -> None:
+    for c in agent_containers(client, agent_id):
+        try:
+            c.remove(force=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+@pytest.fixture
+def docker_agent(docker_client: Any) -> Iterator[str]:
+    """A fresh agent id; its containers are removed afterwards, whatever happened."""
+    agent_id = f"dkr-{uuid.uuid4().hex[:8]}"
+    yield agent_id
+    remove_agent_containers(docker_client, agent_id)
+
+
+DOCKER_AGENT_ARGS = ("--runtime", "docker", "--keep-failed-containers", "1")
+
+
+@pytest.fixture
+def dcluster(cluster_factory, docker_agent: str) -> Cluster:  # type: ignore[no-untyped-def]
+    """A master on SQLite and one docker-runtime agent (id: `dcluster.docker_agent`)."""
+    c = cluster_factory(db="sqlite")
+    c.start_agent(docker_agent, 1, *DOCKER_AGENT_ARGS)
+    c.docker_agent = docker_agent  # type: ignore[attr-defined]
+    return c

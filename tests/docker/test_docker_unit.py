@@ -1,0 +1,208 @@
+"""The docker runtime's pieces that need no engine: container specs, log positions, selection."""
+
+from __future__ import annotations
+
+import logging
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.main import make_runtime, parse_args
+from agent.runtime import RuntimeContext
+from agent.runtime.docker import (
+    LIB_DIR,
+    WORKDIR,
+    DockerOptions,
+    DockerRuntime,
+    DockerUnavailable,
+    FrameFilter,
+    LineAssembler,
+    LogPos,
+    _checked_model_def,
+    _DeliveryTap,
+    parse_ts,
+)
+from agent.runtime.process import ProcessRuntime
+
+
+class _FakeAPI:
+    def containers(self, **_: Any) -> list[dict]:
+        return []
+
+
+class _FakeNet:
+    attrs = {"IPAM": {"Config": [{"Gateway": "172.17.0.1"}]}}
+
+
+class _FakeNetworks:
+    def get(self, _name: str) -> _FakeNet:
+        return _FakeNet()
+
+
+class FakeClient:
+    api = _FakeAPI()
+    networks = _FakeNetworks()
+
+    def ping(self) -> bool:
+        return True
+
+
+def ctx(tmp_path: Path, slots: list[dict] | None = None, sink: Any = None) -> RuntimeContext:
+    return RuntimeContext(
+        work_dir=tmp_path / "work",
+        master_url="http://127.0.0.1:8080",
+        agent_id="a1",
+        slots=slots or [{"index": 0, "type": "cpu", "uuid": "cpu-0"}],
+        log_sink=sink or (lambda *_: None),
+    )
+
+
+def spec(**over: Any) -> dict[str, Any]:
+    base = {
+        "allocation_id": "alloc-1",
+        "trial_id": 7,
+        "experiment_id": 3,
+        "entrypoint": "python3 train.py --x 1",
+        "slot_indexes": [0],
+        "env": {"DET_TRIAL_ID": "7", "DET_SESSION_TOKEN": "tok"},
+        "environment": {"image": "img:1", "environment_variables": {"A": "1", "DET_TRIAL_ID": "x"}},
+        "bind_mounts": [{"host_path": "/data", "container_path": "/mnt/d", "read_only": True}],
+        "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/detlab-ckpt-unit"},
+    }
+    base.update(over)
+    return base
+
+
+def test_cpu_container_spec(tmp_path: Path) -> None:
+    rt = DockerRuntime(ctx(tmp_path), client=FakeClient())
+    kw = rt.create_kwargs(spec(), "img:1", ["PATH=/usr/bin", "PYTHONPATH=/opt/img"])
+    assert kw["command"] == ["python3", "train.py", "--x", "1"]
+    assert kw["entrypoint"][:2] == ["/bin/sh", "-c"] and "startup-hook.sh" in kw["entrypoint"][2]
+    assert kw["working_dir"] == WORKDIR and kw["network_mode"] == "host" and kw["init"] is True
+    env = kw["environment"]
+    assert env["A"] == "1" and env["DET_TRIAL_ID"] == "7"  # the master's DET_* win
+    assert env["DET_MASTER"] == "http://127.0.0.1:8080" and env["DET_AGENT_ID"] == "a1"
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["PYTHONPATH"] == f"{LIB_DIR}:{WORKDIR}:/opt/img"
+    assert "device_requests" not in kw
+    assert kw["labels"]["ai.detlab.allocation"] == "alloc-1"
+    assert kw["labels"]["ai.detlab.trial"] == "7" and kw["labels"]["ai.detlab.agent"] == "a1"
+    mounts = {m["Target"]: m for m in kw["mounts"]}
+    assert mounts[LIB_DIR]["ReadOnly"] is True
+    assert mounts["/tmp/detlab-ckpt-unit"]["Source"] == "/tmp/detlab-ckpt-unit"  # same path
+    assert mounts["/mnt/d"]["Source"] == "/data" and mounts["/mnt/d"]["ReadOnly"] is True
+
+
+def test_gpu_container_gets_only_its_gpus(tmp_path: Path) -> None:
+    slots = [
+        {"index": i, "type": "gpu", "uuid": f"GPU-{i}", "name": "H100", "memory_mb": 1}
+        for i in range(4)
+    ]
+    rt = DockerRuntime(ctx(tmp_path, slots), client=FakeClient())
+    kw = rt.create_kwargs(spec(slot_indexes=[1, 3]), "img:1")
+    (req,) = kw["device_requests"]
+    assert req["Driver"] == "nvidia" and req["DeviceIDs"] == ["GPU-1", "GPU-3"]
+    assert kw["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert "NVIDIA_VISIBLE_DEVICES" not in kw["environment"]
+
+
+def test_bridge_network_reaches_the_master_through_the_gateway(tmp_path: Path) -> None:
+    rt = DockerRuntime(ctx(tmp_path), DockerOptions(network="bridge"), client=FakeClient())
+    assert rt.master_url == "http://172.17.0.1:8080"
+    rt = DockerRuntime(
+        ctx(tmp_path), DockerOptions(container_master_url="http://m:9/"), client=FakeClient()
+    )
+    assert rt.master_url == "http://m:9"
+
+
+def test_timestamps_and_positions() -> None:
+    ns, iso = parse_ts("2026-11-21T14:09:44.264394479Z")
+    assert iso == "2026-11-21T14:09:44.264394Z" and ns % 1_000_000_000 == 264394479
+    assert LogPos(ns, 1).since_param() == f"{(ns - 1_000_000) // 10**9}.{(ns - 10**6) % 10**9:09d}"
+    assert LogPos().since_param() is None
+    # Resume after the 2nd of three frames sharing a timestamp: only the 3rd and later pass.
+    f = FrameFilter(LogPos(100, 2))
+    assert [f.accept(ns) for ns in (99, 100, 100, 100, 101)] == [False, False, False, True, True]
+    assert (f.cur.ns, f.cur.count) == (101, 1)
+    f = FrameFilter(LogPos())
+    assert all(f.accept(ns) for ns in (5, 5, 5)) and (f.cur.ns, f.cur.count) == (5, 3)
+    assert f.accept(4) and (f.cur.ns, f.cur.count) == (5, 3)  # out of order: never backwards
+
+
+def test_partial_frames_make_one_line() -> None:
+    a = LineAssembler()
+    assert a.feed("stdout", "t1", "abc") is None
+    assert a.feed("stderr", "t2", "err\n") == "err"
+    assert a.feed("stdout", "t3", "def\r\n") == "abcdef"
+    assert a.first_iso("stdout") == "t1"
+    a.feed("stdout", "t4", "tail")
+    assert a.rest() == [("stdout", "t4", "tail")]
+
+
+def test_delivery_tap_moves_the_saved_position(tmp_path: Path) -> None:
+    shipped: list[list[dict]] = []
+
+    class Client:
+        def ship_logs(self, lines: list[dict]) -> None:
+            shipped.append(lines)
+
+    class Shipper:
+        client = Client()
+
+        def add(self, aid: str, stream: str, line: str, timestamp: str | None = None) -> None:
+            self.client.ship_logs(
+                [{"allocation_id": aid, "stream": stream, "line": line, "timestamp": timestamp}]
+            )
+
+    shipper = Shipper()
+    rt = DockerRuntime(ctx(tmp_path, sink=shipper.add), client=FakeClient())
+    assert isinstance(shipper.client, _DeliveryTap)
+    from agent.runtime.docker import _LogState
+
+    st = _LogState(rt._state_path("alloc-1"), "cid", LogPos())
+    rt._logs["alloc-1"] = st
+    rt._emit("alloc-1", "stdout", "t1", "hello", LogPos(10, 1))
+    rt._emit("alloc-1", "stdout", "t2", "world", LogPos(11, 1))
+    assert (st.delivered.ns, st.delivered.count) == (11, 1) and not st.pending
+    assert '"ns": 11' in st.path.read_text()
+
+
+def test_model_def_escaping_its_directory_is_refused(tmp_path: Path) -> None:
+    evil = tmp_path / "evil.tar.gz"
+    (tmp_path / "f").write_text("x")
+    with tarfile.open(evil, "w:gz") as tar:
+        tar.add(tmp_path / "f", arcname="../../etc/evil")
+    with pytest.raises(ValueError, match="outside the destination"):
+        _checked_model_def(evil)
+    assert _checked_model_def(None) is None
+
+
+def test_auto_falls_back_to_process_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    c = ctx(tmp_path)
+    c.work_dir.mkdir(parents=True)
+    with caplog.at_level(logging.INFO):
+        rt = make_runtime("auto", c)
+    try:
+        assert isinstance(rt, ProcessRuntime)
+        assert "Docker engine does not answer" in caplog.text
+        assert "using the process runtime" in caplog.text
+    finally:
+        rt.shutdown(timeout=1)
+    with pytest.raises(DockerUnavailable, match="does not answer"):
+        make_runtime("docker", c)
+
+
+def test_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DET_AGENT_RUNTIME", raising=False)
+    args = parse_args([])
+    assert args.runtime == "auto" and args.container_network == "host"
+    assert args.keep_failed_containers == 3 and args.container_master_url is None
+    args = parse_args(["--runtime", "docker", "--container-master-url", "http://h:1"])
+    assert args.runtime == "docker" and args.container_master_url == "http://h:1"
+    monkeypatch.setenv("DET_AGENT_RUNTIME", "process")
+    assert parse_args([]).runtime == "process"

@@ -1,0 +1,50 @@
+"""The README's one command for the main job, run for real: scripts/quickstart, then stop."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import ROOT, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    for key in ("DET_MASTER", "DET_USER", "DET_PASSWORD", "DET_AGENT_TOKEN", "DET_DB_URL"):
+        env.pop(key, None)
+    env.update(
+        DET_PORT=str(free_port()),
+        DET_QUICKSTART_DIR=str(tmp_path / "qs"),
+        DET_CONFIG_DIR=str(tmp_path / "cli"),
+    )
+    try:
+        r = subprocess.run(
+            ["bash", "scripts/quickstart"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        out = r.stdout + r.stderr
+        assert r.returncode == 0, out[-4000:]
+        assert "COMPLETED" in out
+        assert "latest checkpoint" in out
+        assert "Stop: scripts/quickstart stop" in out
+        assert (tmp_path / "qs" / "detlab.sqlite").exists(), "the embedded database was used"
+    finally:
+        stop = subprocess.run(
+            ["bash", "scripts/quickstart", "stop"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert stop.returncode == 0 and "stopped" in stop.stdout
+    assert not (tmp_path / "qs" / "pids").exists()

@@ -1,0 +1,148 @@
+"""The TUI's pure helpers: formatting, bars, sparklines, the chart, the header, the table cache."""
+
+from __future__ import annotations
+
+from harness.api import MasterUnreachable
+from tui.data import (
+    Freshness,
+    History,
+    bar,
+    fmt_duration,
+    fmt_number,
+    job_action_allowed,
+    load_style,
+    parse_time,
+    resample,
+    sparkline,
+)
+from tui.fake import NOW, FakeClient
+from tui.screens.cluster import slot_rows, summarize
+from tui.screens.experiment import pick_metric
+from tui.widgets.chart import Series, render_chart
+from tui.widgets.header import Summary, header_text
+from tui.widgets.table import Column, Row, RowCache, column_widths
+
+from .helpers import fake_app, sync, wait_until
+
+
+def test_durations_and_numbers() -> None:
+    assert fmt_duration(5) == "5s"
+    assert fmt_duration(185) == "3m05s"
+    assert fmt_duration(7620) == "2h07m"
+    assert fmt_duration(3 * 86400 + 4 * 3600) == "3d04h"
+    assert fmt_duration(None) == "-"
+    assert fmt_number(0.123456) == "0.1235"
+    assert fmt_number(1.2e-5) == "1.20e-05"
+    assert fmt_number("NaN") == "NaN"
+    assert fmt_number(None) == "-"
+    assert parse_time("2025-06-01T12:00:00Z") == NOW
+    assert parse_time("garbage") is None
+
+
+def test_bars_and_sparklines() -> None:
+    assert bar(50, 10).plain == "█████       50%"
+    assert bar(None, 4).plain.startswith("····")
+    assert load_style(95) == "red" and load_style(70) == "yellow" and load_style(1) != "red"
+    assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
+    assert sparkline([1, 1, 1]) == "▄▄▄"
+    assert sparkline([]) == ""
+    assert len(sparkline(list(range(1000)), 16)) == 16
+    assert resample([1, 2, 3, 4], 2) == [1.5, 3.5]
+
+
+def test_history_is_bounded() -> None:
+    h = History(3)
+    for v in range(10):
+        h.add("gpu", v)
+    h.add("gpu", None)
+    assert h.get("gpu") == [7.0, 8.0, 9.0]
+
+
+def test_permissions() -> None:
+    assert job_action_allowed("bob", {"username": "bob", "admin": False})
+    assert not job_action_allowed("bob", {"username": "alice", "admin": False})
+    assert job_action_allowed("bob", {"username": "alice", "admin": True})
+    assert job_action_allowed("bob", None)  # unknown yet: the master decides
+
+
+def test_chart_draws_braille_and_axes() -> None:
+    text = render_chart(
+        [Series("training loss", [1, 2, 3, 4], [4.0, 3.0, 2.0, 1.0], "cyan")], 40, 10
+    )
+    lines = text.plain.split("\n")
+    assert len(lines) == 10
+    assert "training loss" in lines[0]
+    assert any(any(0x2800 <= ord(ch) <= 0x28FF for ch in line) for line in lines)
+    assert "4" in lines[1] and lines[-1].strip().endswith("4")
+    empty = render_chart([Series("x", [], [])], 40, 10).plain
+    assert "no numeric data" in empty
+
+
+def test_header_turns_red_when_the_master_is_down() -> None:
+    clock = [NOW]
+    fresh = Freshness(lambda: clock[0])
+    fresh.ok()
+    ok = header_text("queue", "http://m", "alice", Summary(1, 8, 2, 1, 2), fresh, NOW + 1)
+    assert "slots 1/8" in ok.plain and "queued 2" in ok.plain and "agents 1/2" in ok.plain
+    assert "● 1s ago" in ok.plain
+    fresh.failed("connection refused")
+    down = header_text("queue", "http://m", "alice", Summary(), fresh, NOW + 12)
+    assert "unreachable" in down.plain
+    assert any("red" in str(span.style) for span in down.spans)
+
+
+def test_cluster_summary_and_idle_flags() -> None:
+    api = FakeClient()
+    s = summarize(api.agents, api.pools)
+    assert s == {
+        "slots_used": 5,
+        "slots_total": 8,
+        "queued": 2,
+        "agents_up": 2,
+        "agents_total": 3,
+    }
+    rows = {r.key: r for r in slot_rows(api.agents, History())}
+    assert "IDLE" in rows["gpu-node-00/0"].cells[-1].plain  # allocated, 1% busy
+    assert "LOST" in rows["cpu-box/0"].cells[-1].plain
+
+
+def test_pick_metric() -> None:
+    names = {"training": ["loss", "lr"], "validation": ["loss", "accuracy"]}
+    assert pick_metric(names, "validation_loss") == ("validation", "loss")
+    assert pick_metric(names, "accuracy") == ("validation", "accuracy")
+    assert pick_metric({"training": ["lr"], "validation": []}, None) == ("training", "lr")
+    assert pick_metric({}, None) is None
+
+
+def test_row_cache_reuses_unchanged_rows() -> None:
+    cache = RowCache()
+    a = cache.put("1", ("x",), Row("1", ["x"]))
+    cache.finish()
+    assert cache.get("1", ("x",)) is a
+    assert cache.get("1", ("y",)) is None
+    cache.finish()
+    cache.finish()
+    assert cache.get("1", ("x",)) is None  # not seen in a build: dropped
+    widths = column_widths(
+        [Column("a", "A", max_width=5), Column("b", "B", width=3)], [Row("1", ["abcdefgh", "x"])]
+    )
+    assert widths == [5, 3]
+
+
+class DownClient(FakeClient):
+    def list_agents(self):  # type: ignore[no-untyped-def]
+        raise MasterUnreachable("cannot reach the master at http://m: connection refused")
+
+    def list_experiments(self, *a, **kw):  # type: ignore[no-untyped-def]
+        return self.list_agents()
+
+
+@sync
+async def test_the_ui_keeps_working_while_the_master_is_down() -> None:
+    app = fake_app(("exps", None), api=DownClient())
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: app.freshness.error is not None, what="marked down")
+        header = app.screen.query_one("HeaderBar")
+        assert "unreachable" in header.text.plain
+        await pilot.press("j", "colon", *"queue", "enter")  # still responds
+        await wait_until(pilot, lambda: app.screen.VIEW == "queue")

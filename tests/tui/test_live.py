@@ -1,0 +1,146 @@
+"""Pilot tests of det-tui against a real master + agent with running trials."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+
+from harness.api import Client, Session
+from tests.cluster import Cluster, wait_for
+from tests.fixtures.scripted_config import SCRIPTED_DIR, make_config
+from tui.app import DetTUI
+from tui.screens.common import Confirm
+from tui.screens.logs import LogsScreen
+from tui.widgets.logview import LogView
+from tui.widgets.table import ResourceTable
+
+from .helpers import settle, sync, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SIZE = (140, 40)
+
+
+def submit(cluster: Cluster, tmp_path, name: str, **hparams) -> int:  # type: ignore[no-untyped-def]
+    cfg = tmp_path / f"{name}.yaml"
+    cfg.write_text(
+        make_config(cluster.ckpt_dir, batches=100000, name=name, hparams={"sleep": 0.05, **hparams})
+    )
+    return int(client(cluster).create_experiment(cfg.read_text(), model_tar())["id"])
+
+
+def model_tar() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for p in sorted(SCRIPTED_DIR.rglob("*")):
+            if "__pycache__" not in p.parts:
+                tar.add(p, arcname=str(p.relative_to(SCRIPTED_DIR)), recursive=False)
+    return buf.getvalue()
+
+
+def client(cluster: Cluster) -> Client:
+    return Client(Session(cluster.url, cluster.token))
+
+
+def running_trial(cluster: Cluster, exp_id: int) -> int:
+    def check() -> int | None:
+        trials = cluster.experiment(exp_id)["trials"]
+        return trials[0]["id"] if trials and trials[0].get("display_state") == "RUNNING" else None
+
+    return wait_for(check, 120, 0.2, what=f"a running trial of experiment {exp_id}")
+
+
+@sync
+async def test_logs_view_follows_new_lines(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    exp = submit(cluster, tmp_path, "tui-logs", log_lines=5, report_every=10)
+    trial = running_trial(cluster, exp)
+    app = DetTUI(client(cluster), start=("logs", trial), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        assert isinstance(app.screen, LogsScreen)
+        log = app.screen.query_one(LogView)
+        await wait_until(pilot, lambda: len(log.entries) >= 5, 60, "the first lines")
+        assert any("log line 1 of 5" in e.line for e in log.entries)
+        assert log.following
+        n = len(log.entries)
+        # the scripted trial keeps printing (checkpoints, progress): new lines arrive and the
+        # view stays at the bottom
+        cluster.post(f"/experiments/{exp}/pause")
+        await wait_until(pilot, lambda: len(log.entries) > n, 60, "new lines")
+        assert log.following
+        assert int(log.scroll_offset.y) == int(log.max_scroll_y)
+    cluster.post(f"/experiments/{exp}/kill")
+
+
+@sync
+async def test_kill_asks_then_kills(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    exp = submit(cluster, tmp_path, "tui-kill")
+    running_trial(cluster, exp)
+    app = DetTUI(client(cluster), start=("exps", None), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        await pilot.press("x")
+        assert isinstance(app.screen, Confirm)
+        await pilot.press("n")
+        await pilot.pause(0.5)
+        assert cluster.experiment(exp)["experiment"]["state"] == "ACTIVE"
+        await pilot.press("x", "y")
+        await wait_until(
+            pilot,
+            lambda: any(f"killed experiment {exp}" in m for m, _ in app.toast_log),
+            30,
+            "the kill toast",
+        )
+    cluster.wait_experiment(exp, {"CANCELED"}, timeout=60)
+
+
+@sync
+async def test_priority_keys_change_the_masters_queue(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    api = client(cluster)
+    first = submit(cluster, tmp_path, "tui-q1")
+    running_trial(cluster, first)  # holds the only slot
+    second = submit(cluster, tmp_path, "tui-q2")
+    third = submit(cluster, tmp_path, "tui-q3")
+
+    def jobs() -> list[dict]:
+        return [j for p in api.job_queues() for j in p["jobs"]]
+
+    wait_for(lambda: len(jobs()) >= 3, 30, what="three jobs")
+    app = DetTUI(api, start=("queue", None), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: str(third) in {r.key for r in table.rows}, 30)
+        table.move_to_key(str(third))
+        before = next(j for j in jobs() if j["job_id"] == str(third))["priority"]
+        await pilot.press("plus")
+        wait_for(
+            lambda: next(j for j in jobs() if j["job_id"] == str(third))["priority"] == before - 1,
+            30,
+            what="priority raised on the master",
+        )
+        await pilot.press("minus")
+        wait_for(
+            lambda: next(j for j in jobs() if j["job_id"] == str(third))["priority"] == before,
+            30,
+            what="priority lowered on the master",
+        )
+        order = [j["job_id"] for j in jobs()]
+        if order.index(str(third)) > order.index(str(second)):
+            # the view must show the master's current order before "move up" means "ahead of
+            # the job above"
+            await wait_until(pilot, lambda: [r.key for r in table.rows] == order, 30, "order")
+            await wait_until(pilot, lambda: table.current.key == str(third))
+            await pilot.press("K")
+            wait_for(
+                lambda: (
+                    [j["job_id"] for j in jobs()].index(str(third))
+                    < [j["job_id"] for j in jobs()].index(str(second))
+                ),
+                30,
+                what="job moved ahead on the master",
+            )
+    for e in (first, second, third):
+        cluster.post(f"/experiments/{e}/kill")

@@ -1,0 +1,51 @@
+"""Snapshot tests (pytest-textual-snapshot) of every view on fixed data.
+
+Update after an intended change: `pytest tests/tui/test_snapshots.py --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("pytest_textual_snapshot")
+
+from tui.fake import FakeClient  # noqa: E402
+
+from .helpers import fake_app, settle  # noqa: E402
+
+SIZE = (140, 36)
+
+
+@pytest.mark.parametrize(
+    ("view", "ident"),
+    [
+        ("gpu", None),
+        ("agents", None),
+        ("queue", None),
+        ("exps", None),
+        ("exp", 1),
+        ("trial", 101),
+        ("logs", 101),
+    ],
+)
+def test_view(snap_compare, view: str, ident: int | None) -> None:  # type: ignore[no-untyped-def]
+    assert snap_compare(fake_app((view, ident)), terminal_size=SIZE, run_before=settle)
+
+
+def test_queue_not_available(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    app = fake_app(("queue", None), api=FakeClient(queue=False))
+    assert snap_compare(app, terminal_size=SIZE, run_before=settle)
+
+
+def test_help(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    async def open_help(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(fake_app(("queue", None)), terminal_size=SIZE, run_before=open_help)
+
+
+def test_readonly_queue(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    app = fake_app(("queue", None), readonly=True)
+    assert snap_compare(app, terminal_size=SIZE, run_before=settle)

@@ -1,0 +1,194 @@
+"""The log shipper: batching, order, bounded memory, retries; and the client's retry policy."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from agent.client import AgentClient, api_path
+from agent.logs import LogShipper
+from harness.api import BadRequest, MasterUnreachable, Session
+
+
+class FakeClient:
+    """Records every batch; fails while `down` is set."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[dict[str, Any]]] = []
+        self.down = threading.Event()
+        self.calls = 0
+        self.error: Exception = MasterUnreachable("connection refused")
+
+    def ship_logs(self, lines: list[dict[str, Any]]) -> None:
+        self.calls += 1
+        if self.down.is_set():
+            raise self.error
+        self.batches.append(list(lines))
+
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        return [ln for b in self.batches for ln in b]
+
+
+def test_batches_and_order() -> None:
+    client = FakeClient()
+    shipper = LogShipper(client).start()
+    for i in range(2500):
+        shipper.add("a" if i % 2 else "b", "stdout", f"line {i}")
+    assert shipper.flush(5)
+    assert [ln["line"] for ln in client.lines] == [f"line {i}" for i in range(2500)]
+    assert all(len(b) <= 1000 for b in client.batches)
+    assert len(client.batches) <= 5, "lines must be batched, not sent one by one"
+    first = client.lines[0]
+    assert set(first) == {"allocation_id", "timestamp", "stream", "line"}
+    assert first["timestamp"].endswith("Z")
+    shipper.close()
+
+
+def test_flushes_after_interval_without_flush_call() -> None:
+    client = FakeClient()
+    shipper = LogShipper(client, flush_interval=0.05).start()
+    shipper.add("a", "stderr", "lonely line")
+    end = time.monotonic() + 2
+    while not client.lines and time.monotonic() < end:
+        time.sleep(0.01)
+    assert [ln["line"] for ln in client.lines] == ["lonely line"]
+    shipper.close()
+
+
+def test_bounded_buffer_drops_oldest_and_says_so() -> None:
+    client = FakeClient()
+    client.down.set()
+    shipper = LogShipper(client, max_lines=100, flush_interval=0.01).start()
+    for i in range(250):
+        shipper.add("a", "stdout", f"l{i}")
+    assert shipper.pending() <= 100 + 1000  # buffer bound + one batch in flight
+    assert not shipper.flush(0.3), "nothing can be delivered while the master is down"
+    client.down.clear()
+    assert shipper.flush(10)
+    notices = [ln for ln in client.lines if ln["line"].startswith("[det-agent]")]
+    real = [ln["line"] for ln in client.lines if not ln["line"].startswith("[det-agent]")]
+    dropped = sum(int(n["line"].split()[1]) for n in notices)
+    assert notices and all(n["allocation_id"] == "a" for n in notices)
+    assert dropped + len(real) == 250
+    assert real == [f"l{i}" for i in range(250 - len(real), 250)], "the newest lines survive"
+    shipper.close()
+
+
+def test_refused_batch_is_dropped_not_retried_forever() -> None:
+    client = FakeClient()
+    client.down.set()
+    client.error = BadRequest(400, "logs[0].stream: bad", "validation", "logs[0].stream")
+    shipper = LogShipper(client, flush_interval=0.01).start()
+    shipper.add("a", "weird", "x")
+    assert shipper.flush(2)
+    assert client.calls == 1
+    client.down.clear()
+    shipper.add("a", "stdout", "y")
+    assert shipper.flush(2)
+    assert [ln["line"] for ln in client.lines] == ["y"]
+    shipper.close()
+
+
+# -- the real client against a tiny HTTP server --
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        server: Any = self.server
+        if self.headers.get("Authorization") != "Bearer tok":
+            self._reply(401, {"error": {"code": "unauthenticated", "message": "bad token"}})
+            return
+        server.received.append((self.path, body))
+        self._reply(200, {"accepted": len(body.get("logs", []))})
+
+    def do_GET(self) -> None:
+        data = b"\x1f\x8b tarball bytes"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _reply(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    srv: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    srv.received = []
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_shipper_over_http(server: Any) -> None:
+    client = AgentClient(Session(f"http://127.0.0.1:{server.server_port}", "tok"), "agent one")
+    shipper = LogShipper(client).start()
+    for i in range(1500):
+        shipper.add("a1", "stdout", f"{i}")
+    assert shipper.flush(5)
+    paths = {p for p, _ in server.received}
+    assert paths == {"/api/v1/agents/agent%20one/logs"}
+    lines = [ln["line"] for _, body in server.received for ln in body["logs"]]
+    assert lines == [str(i) for i in range(1500)]
+    assert client.download_model_def("/api/v1/experiments/3/model_def").startswith(b"\x1f\x8b")
+    shipper.close()
+
+
+def test_client_rejection_is_not_retried(server: Any) -> None:
+    client = AgentClient(Session(f"http://127.0.0.1:{server.server_port}", "wrong"), "a")
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as info:
+        client.poll({"wait": 0})
+    assert info.value.__class__.__name__ == "Unauthenticated"
+    assert time.monotonic() - t0 < 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_client_retries_with_backoff_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
+    client = AgentClient(Session(f"http://127.0.0.1:{_free_port()}", "tok"), "a")
+    threading.Timer(1.0, client.abort.set).start()
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="agent.client"), pytest.raises(MasterUnreachable):
+        client.poll({"wait": 0})
+    assert 0.9 < time.monotonic() - t0 < 3
+    assert caplog.text.count("master unreachable") == 1
+    # a deadline bounds a call even when nobody aborts
+    client.abort.clear()
+    t0 = time.monotonic()
+    with pytest.raises(MasterUnreachable):
+        client.ship_logs([], deadline=time.monotonic() + 0.5)
+    assert time.monotonic() - t0 < 2
+
+
+def test_api_path() -> None:
+    assert api_path("/api/v1/experiments/3/model_def") == "/experiments/3/model_def"
+    assert api_path("http://other:8080/api/v1/experiments/3/model_def?x=1") == (
+        "/experiments/3/model_def?x=1"
+    )
+    assert api_path("/experiments/3/model_def") == "/experiments/3/model_def"

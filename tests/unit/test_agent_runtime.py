@@ -1,0 +1,349 @@
+"""The process runtime with real processes: env, output, exit codes, kills, failures."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.runtime import EXITED, RUNNING, RuntimeContext
+from agent.runtime.process import ProcessRuntime, build_argv
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Sink:
+    """Collects log lines as the runtime emits them."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, str]] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, aid: str, stream: str, line: str) -> None:
+        with self._cond:
+            self.lines.append((aid, stream, line))
+            self._cond.notify_all()
+
+    def of(self, aid: str, stream: str | None = None) -> list[str]:
+        with self._cond:
+            return [ln for a, s, ln in self.lines if a == aid and (stream is None or s == stream)]
+
+    def wait_for(self, aid: str, text: str, timeout: float = 10.0) -> None:
+        with self._cond:
+            ok = self._cond.wait_for(lambda: any(text in ln for ln in self.of(aid)), timeout)
+        assert ok, f"{text!r} never appeared in {self.of(aid)}"
+
+
+def make_tarball(path: Path, files: dict[str, str | bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, content in files.items():
+            data = content.encode() if isinstance(content, str) else content
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture
+def sink() -> Sink:
+    return Sink()
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, sink: Sink) -> Iterator[ProcessRuntime]:
+    ctx = RuntimeContext(
+        work_dir=tmp_path / "work",
+        master_url="http://master.test:8080",
+        agent_id="agent-t",
+        slots=[{"index": i, "type": "cpu", "uuid": f"cpu-{i}"} for i in range(2)],
+        log_sink=sink,
+        kill_grace=1.0,
+    )
+    rt = ProcessRuntime(ctx)
+    yield rt
+    rt.shutdown(timeout=5)
+
+
+def spec(aid: str, entrypoint: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "allocation_id": aid,
+        "trial_id": 7,
+        "experiment_id": 3,
+        "entrypoint": entrypoint,
+        "slot_indexes": [0],
+        "env": {"DET_TRIAL_ID": "7", "DET_EXPERIMENT_ID": "3", "DET_ALLOCATION_ID": aid},
+        **extra,
+    }
+
+
+def state(rt: ProcessRuntime, aid: str) -> dict[str, Any]:
+    return next(a for a in rt.states() if a["id"] == aid)
+
+
+def wait_exited(rt: ProcessRuntime, aid: str, timeout: float = 10.0) -> dict[str, Any]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        st = state(rt, aid)
+        if st["state"] == EXITED:
+            return st
+        time.sleep(0.02)
+    raise AssertionError(f"{aid} did not exit: {state(rt, aid)}")
+
+
+TRAIN_PY = textwrap.dedent(
+    """
+    import json, os, sys
+    import harness
+    keys = ["DET_MASTER", "DET_AGENT_ID", "DET_TRIAL_ID", "DET_ALLOCATION_ID",
+            "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED", "PYTHONPATH", "MY_VAR", "DET_AGENT_TOKEN"]
+    env = {k: os.environ.get(k) for k in keys}
+    env["executable"] = sys.executable
+    env["harness"] = os.path.dirname(os.path.dirname(harness.__file__))
+    env["cwd"] = os.getcwd()
+    env["helper"] = open("data/helper.txt").read()
+    print("ENV " + json.dumps(env))
+    for i in range(200):
+        print(f"out {i}")
+    print("to stderr", file=sys.stderr)
+    sys.exit(3)
+    """
+)
+
+
+def test_env_output_and_exit_code(
+    runtime: ProcessRuntime, sink: Sink, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DET_AGENT_TOKEN", "cluster-secret")
+    tarball = make_tarball(
+        tmp_path / "model.tar.gz", {"train.py": TRAIN_PY, "data/helper.txt": "from the tarball"}
+    )
+    s = spec("a1", "python3 train.py", environment={"environment_variables": ["MY_VAR=hi=there"]})
+    runtime.start(s, tarball)
+    st = wait_exited(runtime, "a1")
+    assert st["exit_code"] == 3 and st["error"] is None and isinstance(st["pid"], int)
+
+    out = sink.of("a1", "stdout")
+    env = json.loads(out[0].removeprefix("ENV "))
+    assert out[1:] == [f"out {i}" for i in range(200)]
+    assert sink.of("a1", "stderr") == ["to stderr"]
+    assert env["DET_MASTER"] == "http://master.test:8080"
+    assert env["DET_AGENT_ID"] == "agent-t"
+    assert env["DET_TRIAL_ID"] == "7" and env["DET_ALLOCATION_ID"] == "a1"
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["MY_VAR"] == "hi=there"
+    assert env["DET_AGENT_TOKEN"] is None, "the cluster token must not leak into trials"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
+    assert env["harness"] == str(REPO)
+    assert os.path.dirname(env["executable"]) == os.path.dirname(sys.executable)
+    assert env["helper"] == "from the tarball"
+    assert Path(env["cwd"]) == tmp_path / "work" / "a1"
+    assert not (tmp_path / "work" / "a1").exists(), "the workdir is removed after exit"
+
+
+def test_cuda_visible_devices_for_gpu_slots(tmp_path: Path, sink: Sink) -> None:
+    ctx = RuntimeContext(
+        work_dir=tmp_path,
+        master_url="http://m:1",
+        agent_id="g",
+        slots=[{"index": i, "type": "gpu", "uuid": f"GPU-{i}"} for i in range(4)],
+        log_sink=sink,
+    )
+    rt = ProcessRuntime(ctx)
+    try:
+        env = rt.build_env({**spec("g1", "true"), "slot_indexes": [1, 3]}, tmp_path)
+        assert env["CUDA_VISIBLE_DEVICES"] == "1,3"
+        assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+        per_device = {"environment_variables": {"cpu": ["A=cpu"], "cuda": ["A=cuda"]}}
+        env = rt.build_env({**spec("g2", "true"), "environment": per_device}, tmp_path)
+        assert env["A"] == "cuda"
+    finally:
+        rt.shutdown(timeout=1)
+
+
+def test_shell_entrypoint_and_long_lines(runtime: ProcessRuntime, sink: Sink) -> None:
+    long = "x" * 300_000
+    cmd = "echo first && python3 -c \"print('x' * 300_000)\" && echo last >&2"
+    runtime.start(spec("sh", cmd), None)
+    assert wait_exited(runtime, "sh")["exit_code"] == 0
+    assert sink.of("sh", "stdout") == ["first", long]
+    assert sink.of("sh", "stderr") == ["last"]
+
+
+def test_kill_escalates_to_sigkill_after_grace(runtime: ProcessRuntime, sink: Sink) -> None:
+    code = textwrap.dedent(
+        """
+        import signal, time
+        signal.signal(signal.SIGTERM, lambda *a: print("got SIGTERM, ignoring it", flush=True))
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.05)
+        """
+    )
+    runtime.start(spec("k1", ["python3", "-c", code]), None)
+    sink.wait_for("k1", "ready")
+    assert state(runtime, "k1")["state"] == RUNNING
+    t0 = time.monotonic()
+    runtime.kill("k1")
+    runtime.kill("k1")  # idempotent
+    st = wait_exited(runtime, "k1")
+    elapsed = time.monotonic() - t0
+    assert st["exit_code"] == -9
+    assert 0.9 <= elapsed < 5.0
+    assert "got SIGTERM, ignoring it" in sink.of("k1", "stdout")
+    assert any("SIGKILL" in ln for ln in sink.of("k1", "stderr"))
+
+
+def test_kill_graceful(runtime: ProcessRuntime, sink: Sink) -> None:
+    runtime.start(
+        spec("k2", ["python3", "-c", "import time; print('up', flush=True); time.sleep(60)"]), None
+    )
+    sink.wait_for("k2", "up")
+    t0 = time.monotonic()
+    runtime.kill("k2")
+    assert wait_exited(runtime, "k2")["exit_code"] == -15
+    assert time.monotonic() - t0 < 0.9
+
+
+def test_missing_executable(runtime: ProcessRuntime, sink: Sink) -> None:
+    runtime.start(spec("bad", "no-such-program-xyz --epochs 3"), None)
+    st = wait_exited(runtime, "bad")
+    assert st["exit_code"] == 127
+    assert "no-such-program-xyz" in st["error"] and "not found" in st["error"]
+    assert any("no-such-program-xyz" in ln for ln in sink.of("bad", "stderr"))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"this is not a tarball", "traversal"],
+    ids=["garbage", "path-traversal"],
+)
+def test_bad_model_def(
+    runtime: ProcessRuntime, sink: Sink, tmp_path: Path, content: bytes | str
+) -> None:
+    path = tmp_path / "bad.tar.gz"
+    if content == "traversal":
+        make_tarball(path, {"../escaped.txt": "gotcha"})
+    else:
+        path.write_bytes(content)  # type: ignore[arg-type]
+    runtime.start(spec("m", "python3 -c pass"), path)
+    st = wait_exited(runtime, "m")
+    assert st["exit_code"] == 1
+    assert "model definition" in st["error"]
+    assert sink.of("m", "stderr")
+    assert not (tmp_path / "work" / "escaped.txt").exists()
+
+
+def test_empty_entrypoint(runtime: ProcessRuntime) -> None:
+    runtime.start(spec("e", "   "), None)
+    st = wait_exited(runtime, "e")
+    assert st["exit_code"] == 1 and "entrypoint is empty" in st["error"]
+
+
+def test_kill_before_start_and_idempotent_start(runtime: ProcessRuntime, sink: Sink) -> None:
+    assert runtime.reserve("p")
+    assert not runtime.reserve("p")
+    assert state(runtime, "p") == {
+        "id": "p",
+        "state": RUNNING,
+        "exit_code": None,
+        "pid": None,
+        "error": None,
+    }
+    runtime.kill("p")
+    assert state(runtime, "p")["state"] == EXITED
+    runtime.start(spec("p", "python3 -c 'print(1)'"), None)  # arrives late: must not run
+    runtime.forget("p")
+    assert runtime.states() == []
+    runtime.start(spec("p", "python3 -c 'print(1)'"), None)  # a duplicate after forgetting
+    assert runtime.states() == [] and sink.of("p", "stdout") == []
+
+
+def test_forget_only_exited(runtime: ProcessRuntime, sink: Sink) -> None:
+    runtime.start(
+        spec("f", ["python3", "-c", "import time; print('up', flush=True); time.sleep(30)"]), None
+    )
+    sink.wait_for("f", "up")
+    runtime.forget("f")
+    assert state(runtime, "f")["state"] == RUNNING
+    runtime.start(spec("f", "python3 -c pass"), None)  # idempotent while running
+    assert len(runtime.states()) == 1
+    runtime.changed.clear()
+    runtime.kill("f")
+    wait_exited(runtime, "f")
+    assert runtime.changed.is_set()
+    runtime.forget("f")
+    assert runtime.states() == []
+
+
+def test_build_argv() -> None:
+    assert build_argv("python3 train.py --lr 0.1") == ["python3", "train.py", "--lr", "0.1"]
+    assert build_argv("python3 'my script.py'") == ["python3", "my script.py"]
+    assert build_argv("cd x && python3 t.py") == ["/bin/sh", "-c", "cd x && python3 t.py"]
+    assert build_argv("FOO=1 python3 t.py") == ["/bin/sh", "-c", "FOO=1 python3 t.py"]
+    assert build_argv(["a", "b c"]) == ["a", "b c"]
+    with pytest.raises(ValueError):
+        build_argv("")
+
+
+ORPHAN_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from pathlib import Path
+    from agent.runtime import RuntimeContext
+    from agent.runtime.process import ProcessRuntime
+
+    lines = []
+    ctx = RuntimeContext(work_dir=Path(sys.argv[1]), master_url="http://m:1", agent_id="x",
+                         slots=[{"index": 0, "type": "cpu"}], log_sink=lambda *a: lines.append(a))
+    rt = ProcessRuntime(ctx)
+    # started from a short-lived thread, like the agent does
+    import threading
+    t = threading.Thread(target=rt.start, args=({"allocation_id": "o", "entrypoint":
+        ["python3", "-c", "import time; print('up', flush=True); time.sleep(60)"]}, None))
+    t.start(); t.join()
+    while not lines:
+        time.sleep(0.01)
+    print(rt.states()[0]["pid"], flush=True)
+    time.sleep(0.3)
+    assert rt.states()[0]["state"] == "RUNNING", "the trial died with its launcher thread"
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_trials_die_with_a_killed_agent(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=REPO,
+    )
+    assert proc.returncode == -9, proc.stderr
+    pid = int(proc.stdout.split()[0])
+    end = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not _alive(pid), "the trial outlived its agent"

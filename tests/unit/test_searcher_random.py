@@ -1,0 +1,155 @@
+"""The `random` searcher: max_trials sampled trials, replaced when their hparams are invalid."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from master.expconf import validate_experiment_config
+from master.searcher import (
+    SEARCH_METHODS,
+    Close,
+    Create,
+    ExitedReason,
+    RandomSearch,
+    Shutdown,
+    ValidateAfter,
+    make_searcher,
+)
+
+
+def config(**searcher: Any) -> dict:
+    s: dict[str, Any] = {
+        "name": "random",
+        "metric": "acc",
+        "smaller_is_better": False,
+        "max_length": {"epochs": 3},
+        "max_trials": 5,
+        "max_concurrent_trials": 2,
+    }
+    s.update(searcher)
+    return validate_experiment_config(
+        {
+            "entrypoint": "python3 train.py",
+            "records_per_epoch": 100,
+            "hyperparameters": {
+                "lr": {"type": "log", "minval": -4, "maxval": -1},
+                "layers": {"type": "int", "minval": 1, "maxval": 4},
+                "drop": {"type": "double", "minval": 0.0, "maxval": 0.5},
+            },
+            "searcher": s,
+        }
+    )
+
+
+def creates(ops: list) -> list[Create]:
+    return [op for op in ops if isinstance(op, Create)]
+
+
+def test_registered() -> None:
+    assert SEARCH_METHODS["random"] is RandomSearch
+
+
+def test_initial_operations_respect_concurrency() -> None:
+    s = make_searcher(config(), 1)
+    ops = s.initial_operations()
+    assert len(ops) == 4
+    for create in creates(ops):
+        assert ValidateAfter(create.request_id, 3) in ops
+        assert 1e-4 <= create.hparams["lr"] <= 1e-1
+        assert 1 <= create.hparams["layers"] <= 4
+        assert 0.0 <= create.hparams["drop"] <= 0.5
+    assert s.initial_operations() == []
+
+
+def test_zero_concurrency_creates_all() -> None:
+    s = make_searcher(config(max_concurrent_trials=0), 1)
+    assert len(creates(s.initial_operations())) == 5
+
+
+def test_concurrency_above_max_trials() -> None:
+    s = make_searcher(config(max_concurrent_trials=50), 1)
+    assert len(creates(s.initial_operations())) == 5
+
+
+def test_full_run_with_invalid_and_errored() -> None:
+    s = make_searcher(config(), 4)
+    running = [c.request_id for c in creates(s.initial_operations())]
+    created = len(running)
+    ended = 0
+    step = 0
+    shutdown = []
+    while running:
+        rid = running.pop(0)
+        step += 1
+        if step == 2:
+            ops = s.on_trial_exited_early(rid, ExitedReason.INVALID_HP)
+            assert len(creates(ops)) == 1  # replaced
+        elif step == 3:
+            ops = s.on_trial_exited_early(rid, ExitedReason.ERRORED)
+            ended += 1
+        else:
+            ops = s.on_validation_completed(rid, 0.9, 3)
+            assert ops[0] == Close(rid)
+            ended += 1
+        new = creates(ops)
+        created += len(new)
+        running += [c.request_id for c in new]
+        assert len(running) <= 2
+        shutdown += [op for op in ops if isinstance(op, Shutdown)]
+    assert created == 6  # 5 + the replacement
+    assert ended == 5
+    assert shutdown == [Shutdown(failure=False)]
+
+
+def test_same_seed_same_trials_other_seed_other_trials() -> None:
+    a = make_searcher(config(), 7).initial_operations()
+    assert a == make_searcher(config(), 7).initial_operations()
+    assert creates(a) != creates(make_searcher(config(), 8).initial_operations())
+
+
+@pytest.mark.parametrize("reason", [ExitedReason.ERRORED, ExitedReason.USER_CANCELED])
+def test_all_failed_is_a_failed_search(reason: ExitedReason) -> None:
+    s = make_searcher(config(max_trials=2, max_concurrent_trials=0), 1)
+    a, b = creates(s.initial_operations())
+    assert s.on_trial_exited_early(a.request_id, reason) == []
+    assert s.on_trial_exited_early(b.request_id, reason) == [Shutdown(failure=True)]
+    assert s.on_trial_exited_early(b.request_id, reason) == []
+
+
+def test_stale_events_ignored() -> None:
+    s = make_searcher(config(), 1)
+    c = creates(s.initial_operations())[0]
+    assert s.on_validation_completed("nope", 1.0, 3) == []
+    assert s.on_trial_exited_early("nope", ExitedReason.ERRORED) == []
+    assert s.on_trial_closed("nope") == []
+    assert s.on_validation_metrics(c.request_id, {"acc": 1.0}, 10) == []
+    s.on_validation_completed(c.request_id, 1.0, 3)
+    assert s.on_validation_completed(c.request_id, 1.0, 3) == []
+    assert s.on_trial_closed(c.request_id) == []
+
+
+def test_progress() -> None:
+    s = make_searcher(config(max_trials=2, max_concurrent_trials=0), 1)
+    a, b = creates(s.initial_operations())
+    assert s.progress({a.request_id: 1.5}) == 0.25
+    s.on_validation_completed(a.request_id, 1.0, 3)
+    assert s.progress({a.request_id: 3}) == 0.5
+    s.on_validation_completed(b.request_id, 1.0, 3)
+    assert s.progress({}) == 1.0
+
+
+def test_snapshot_restore_mid_run() -> None:
+    cfg = config()
+    a = make_searcher(cfg, 2)
+    ops = a.initial_operations()
+    a.on_trial_exited_early(ops[0].request_id, ExitedReason.INVALID_HP)
+    snap = a.snapshot()
+    json.dumps(snap, allow_nan=False)
+    b = make_searcher(cfg, 99)
+    b.restore(json.loads(json.dumps(snap, sort_keys=True)))
+    rid = ops[2].request_id
+    assert b.on_validation_completed(rid, 0.5, 3) == a.on_validation_completed(rid, 0.5, 3)
+    assert b.snapshot() == a.snapshot()

@@ -1,0 +1,141 @@
+"""`:exps`: the newest experiments with state, progress and best metric."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+
+from tui.data import JSON, fmt_age, fmt_number, job_action_allowed, progress_text, styled_state
+from tui.screens.common import MUTATING, Confirm, ViewScreen
+from tui.widgets.table import Column, ResourceTable, Row
+
+LIMIT = 500
+
+COLUMNS = [
+    Column("id", "ID", width=6, justify="right"),
+    Column("name", "NAME", max_width=30),
+    Column("state", "STATE", width=18),
+    Column("owner", "OWNER", max_width=12),
+    Column("progress", "PROGRESS", width=13),
+    Column("trials", "TRIALS", width=6, justify="right"),
+    Column("best", "BEST", width=9, justify="right"),
+    Column("metric", "METRIC", max_width=20),
+    Column("pool", "POOL", max_width=12),
+    Column("age", "AGE", width=7, justify="right"),
+]
+
+
+def experiment_rows(exps: list[JSON], now: float) -> list[Row]:
+    rows = []
+    for e in exps:
+        metric = e.get("searcher_metric") or ""
+        if metric:
+            metric += " ↓" if e.get("smaller_is_better", True) else " ↑"
+        rows.append(
+            Row(
+                str(e["id"]),
+                [
+                    str(e["id"]),
+                    e.get("name") or "",
+                    styled_state(e.get("state")),
+                    e.get("owner") or "",
+                    progress_text(e.get("progress")),
+                    str(e.get("num_trials", "")),
+                    fmt_number(e.get("best_validation")),
+                    metric,
+                    e.get("resource_pool") or "",
+                    fmt_age(e.get("created_at"), now),
+                ],
+                sort=[
+                    e["id"],
+                    None,
+                    None,
+                    None,
+                    e.get("progress") or 0,
+                    e.get("num_trials") or 0,
+                    e.get("best_validation") if isinstance(e.get("best_validation"), float) else 0,
+                    None,
+                    None,
+                    e.get("created_at") or "",
+                ],
+                data=e,
+            )
+        )
+    return rows
+
+
+class ExperimentsScreen(ViewScreen):
+    VIEW = "experiments"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open", show=False),
+        Binding("p", "pause", "Pause"),
+        Binding("a", "activate", "Activate"),
+        Binding("x,ctrl+k", "kill", "Kill"),
+        Binding("l", "logs", "Logs"),
+    ]
+
+    def body(self) -> ComposeResult:
+        yield ResourceTable(COLUMNS, id="experiments", empty="no experiments yet")
+
+    def on_mount(self) -> None:
+        self.poll("list", self.fetch, self.apply, interval=3.0)
+        super().on_mount()
+        self.query_one(ResourceTable).focus()
+
+    def fetch(self) -> list[Row]:
+        exps, _total = self.dapp.api.list_experiments(limit=LIMIT)
+        return experiment_rows(exps, self.dapp.clock())
+
+    def apply(self, rows: list[Row]) -> None:
+        self.query_one(ResourceTable).set_rows(rows)
+        self.maybe_refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not super().check_action(action, parameters):
+            return False
+        if action in MUTATING:
+            rows = self.query_one(ResourceTable).selection()
+            return bool(rows) and all(
+                job_action_allowed(r.data.get("owner"), self.dapp.user) for r in rows
+            )
+        return True
+
+    def _ids(self) -> list[int]:
+        return [int(r.data["id"]) for r in self.query_one(ResourceTable).selection()]
+
+    def on_resource_table_selected(self, message: ResourceTable.Selected) -> None:
+        if message.row is not None:
+            self.dapp.open_view("exp", int(message.row.data["id"]))
+
+    def action_open(self) -> None:
+        self.query_one(ResourceTable).action_select()
+
+    def action_pause(self) -> None:
+        self.dapp.experiment_action("pause", self._ids(), poke=self)
+
+    def action_activate(self) -> None:
+        self.dapp.experiment_action("activate", self._ids(), poke=self)
+
+    def action_kill(self) -> None:
+        ids = self._ids()
+        if not ids:
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.query_one(ResourceTable).clear_marks()
+                self.dapp.experiment_action("kill", ids, poke=self)
+
+        self.app.push_screen(
+            Confirm(
+                f"Kill experiment(s) {', '.join(map(str, ids))}? Their trials are stopped now."
+            ),
+            done,
+        )
+
+    def action_logs(self) -> None:
+        ids = self._ids()
+        if ids:
+            self.dapp.open_experiment_logs(ids[0])

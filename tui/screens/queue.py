@@ -1,0 +1,314 @@
+"""`:queue`: each pool's jobs in scheduling order, and the keys to reorder and steer them."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Static
+
+from tui.data import JSON, fmt_age, job_action_allowed, styled_state
+from tui.screens.common import MUTATING, Confirm, Prompt, ViewScreen
+from tui.widgets.table import Column, ResourceTable, Row, RowCache
+
+NOT_AVAILABLE = "the job queue is not available on this master (GET /job-queues: 404)"
+
+COLUMNS = [
+    Column("pos", "POS", width=5, justify="right"),
+    Column("job", "JOB", width=6, justify="right"),
+    Column("name", "NAME", max_width=28),
+    Column("user", "USER", max_width=12),
+    Column("state", "STATE", width=9),
+    Column("prio", "PRIO", width=4, justify="right"),
+    Column("weight", "WEIGHT", width=6, justify="right"),
+    Column("slots", "SLOTS", width=7, justify="right"),
+    Column("ahead", "AHEAD", width=5, justify="right"),
+    Column("trials", "RUN/Q", width=7, justify="right"),
+    Column("wait", "WAIT", width=7, justify="right"),
+    Column("reason", "WHY IT WAITS", max_width=40),
+]
+
+
+def queue_rows(pool: JSON, now: float, cache: RowCache | None = None) -> list[Row]:
+    """One pool's jobs as table rows (runs in the poller's worker thread); unchanged jobs reuse
+    their row from `cache`."""
+    rows = []
+    for j in pool.get("jobs", []):
+        queued = j.get("state") == "QUEUED"
+        wait = fmt_age(j.get("submitted_at"), now) if queued else "-"
+        key = str(j["job_id"])
+        sig = (
+            wait,
+            j.get("position"),
+            j.get("name"),
+            j.get("user"),
+            j.get("state"),
+            j.get("priority"),
+            j.get("weight"),
+            j.get("slots_held"),
+            j.get("slots_requested"),
+            j.get("jobs_ahead"),
+            j.get("trials_running"),
+            j.get("trials_queued"),
+            j.get("reason"),
+        )
+        if cache is not None:
+            hit = cache.get(key, sig)
+            if hit is not None:
+                hit.data = j
+                rows.append(hit)
+                continue
+        row = Row(
+            str(j["job_id"]),
+            [
+                str(j.get("position", "")),
+                str(j["job_id"]),
+                j.get("name") or "",
+                j.get("user") or "",
+                styled_state(j.get("state")),
+                str(j.get("priority", "")),
+                f"{j.get('weight', 1.0):g}",
+                f"{j.get('slots_held', 0)}/{j.get('slots_requested', 0)}",
+                str(j.get("jobs_ahead", "")),
+                f"{j.get('trials_running', 0)}/{j.get('trials_queued', 0)}",
+                wait,
+                Text(j.get("reason") or "", "yellow" if queued else ""),
+            ],
+            sort=[
+                j.get("position"),
+                int(j["job_id"]) if str(j["job_id"]).isdigit() else j["job_id"],
+                None,
+                None,
+                None,
+                j.get("priority"),
+                j.get("weight"),
+                j.get("slots_requested"),
+                j.get("jobs_ahead"),
+                j.get("trials_queued"),
+                j.get("submitted_at") or "",
+                None,
+            ],
+            data=j,
+        )
+        _ = row.search  # the filter's text, built here rather than on the UI thread
+        rows.append(cache.put(key, sig, row) if cache is not None else row)
+    return rows
+
+
+def pool_line(pools: list[JSON], current: str | None) -> Text:
+    t = Text(" pools: ", "bold")
+    for p in pools:
+        style = "bold reverse" if p["name"] == current else ""
+        queued = sum(1 for j in p.get("jobs", []) if j.get("state") == "QUEUED")
+        t.append(f" {p['name']} ", style)
+        t.append(f"({len(p.get('jobs', []))}/{queued}q) ", "dim")
+    cur = next((p for p in pools if p["name"] == current), None)
+    if cur:
+        sched = cur.get("scheduler") or {}
+        t.append(" │ ", "dim")
+        t.append(f"{sched.get('type', '?')}")
+        t.append(f", preemption {'on' if sched.get('preemption') else 'off'}", "dim")
+        t.append(f"  slots {cur.get('slots_used', '?')}/{cur.get('slots_total', '?')}")
+        t.append(f"  agents {cur.get('agents', '?')}")
+    return t
+
+
+class QueueScreen(ViewScreen):
+    VIEW = "queue"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("left_square_bracket", "pool(-1)", "Prev pool", show=False),
+        Binding("right_square_bracket", "pool(1)", "Pool"),
+        Binding("plus,equals_sign", "raise_priority", "Prio+"),
+        Binding("minus", "lower_priority", "Prio-"),
+        Binding("K,shift+up", "move_ahead", "Move up"),
+        Binding("J,shift+down", "move_behind", "Move down"),
+        Binding("P", "change_pool", "Pool…"),
+        Binding("w", "set_weight", "Weight…", show=False),
+        Binding("p", "pause", "Pause"),
+        Binding("a", "activate", "Activate"),
+        Binding("x,ctrl+k", "kill", "Kill"),
+        Binding("e", "open_experiment", "Exp"),
+        Binding("l", "logs", "Logs"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool: str | None = None
+        self.available: bool | None = None
+
+    def body(self) -> ComposeResult:
+        yield Static(id="pools", classes="section")
+        yield ResourceTable(COLUMNS, id="jobs", empty="no jobs in this pool")
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(ResourceTable).focus()
+        self.on_cluster_data()
+
+    @property
+    def table(self) -> ResourceTable:
+        return self.query_one("#jobs", ResourceTable)
+
+    def on_cluster_data(self) -> None:
+        data = self.dapp.cluster
+        if data is None:
+            return
+        if data.pools is None:
+            self.available = False
+            self.query_one("#pools", Static).update(Text(" job queue", "bold"))
+            self.table.set_empty(data.queue_error or NOT_AVAILABLE)
+            self.maybe_refresh_bindings()
+            return
+        self.available = True
+        names = [p["name"] for p in data.pools]
+        if self.pool not in names:
+            busiest = max(data.pools, key=lambda p: len(p.get("jobs", [])), default=None)
+            self.pool = busiest["name"] if busiest else None
+        self.query_one("#pools", Static).update(pool_line(data.pools, self.pool))
+        pool = self.pool or ""
+        self.table.set_rows(data.queue_rows.get(pool, []), widths=data.queue_widths.get(pool))
+        self.maybe_refresh_bindings()
+
+    # ---- permission ---------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not super().check_action(action, parameters):
+            return False
+        if action in MUTATING:
+            if not self.available:
+                return False
+            rows = self.table.selection()
+            return bool(rows) and all(
+                job_action_allowed(r.data.get("user"), self.dapp.user) for r in rows
+            )
+        return True
+
+    def _jobs(self) -> list[JSON]:
+        return [r.data for r in self.table.selection()]
+
+    # ---- actions ------------------------------------------------------------------------------
+    def action_pool(self, step: int) -> None:
+        data = self.dapp.cluster
+        if not data or not data.pools:
+            return
+        names = [p["name"] for p in data.pools]
+        i = names.index(self.pool) if self.pool in names else 0
+        self.pool = names[(i + step) % len(names)]
+        self.table.clear_marks()
+        self.on_cluster_data()
+
+    def _update(self, verb: str, changes_for: list[tuple[JSON, dict]]) -> None:
+        def run() -> str:
+            for job, changes in changes_for:
+                self.dapp.api.update_job(job["job_id"], **changes)
+            ids = ", ".join(str(j["job_id"]) for j, _ in changes_for)
+            return f"{verb}: job {ids}"
+
+        self.dapp.call_api(run)
+
+    def action_raise_priority(self) -> None:
+        jobs = self._jobs()
+        self._update(
+            "priority raised",
+            [(j, {"priority": max(1, int(j.get("priority", 42)) - 1)}) for j in jobs],
+        )
+
+    def action_lower_priority(self) -> None:
+        jobs = self._jobs()
+        self._update(
+            "priority lowered",
+            [(j, {"priority": min(99, int(j.get("priority", 42)) + 1)}) for j in jobs],
+        )
+
+    def _neighbour(self, step: int) -> JSON | None:
+        rows = self.table.rows  # queue order, whatever the view's sort
+        cur = self.table.current
+        if cur is None:
+            return None
+        keys = [r.key for r in rows]
+        i = keys.index(cur.key) + step
+        return rows[i].data if 0 <= i < len(rows) else None
+
+    def action_move_ahead(self) -> None:
+        other = self._neighbour(-1)
+        cur = self.table.current
+        if other is None or cur is None:
+            self.dapp.toast("already first in the queue")
+            return
+        self._update("moved up", [(cur.data, {"ahead_of": other["job_id"]})])
+
+    def action_move_behind(self) -> None:
+        other = self._neighbour(1)
+        cur = self.table.current
+        if other is None or cur is None:
+            self.dapp.toast("already last in the queue")
+            return
+        self._update("moved down", [(cur.data, {"behind_of": other["job_id"]})])
+
+    def action_change_pool(self) -> None:
+        jobs = self._jobs()
+        data = self.dapp.cluster
+        names = [p["name"] for p in (data.pools or [])] if data else []
+
+        def done(value: str | None) -> None:
+            if value:
+                self._update(
+                    f"moved to pool {value}", [(j, {"resource_pool": value}) for j in jobs]
+                )
+
+        self.app.push_screen(
+            Prompt("pool", suggestions=names, hint=f"move to pool ({', '.join(names)})"), done
+        )
+
+    def action_set_weight(self) -> None:
+        jobs = self._jobs()
+
+        def done(value: str | None) -> None:
+            if not value:
+                return
+            try:
+                weight = float(value)
+            except ValueError:
+                self.dapp.toast(f"not a number: {value}", error=True)
+                return
+            self._update(f"weight {weight:g}", [(j, {"weight": weight}) for j in jobs])
+
+        self.app.push_screen(Prompt("weight", hint="fair-share weight (> 0)"), done)
+
+    def _experiments(self) -> list[int]:
+        return [int(j["experiment_id"]) for j in self._jobs() if j.get("experiment_id")]
+
+    def action_pause(self) -> None:
+        self.dapp.experiment_action("pause", self._experiments())
+
+    def action_activate(self) -> None:
+        self.dapp.experiment_action("activate", self._experiments())
+
+    def action_kill(self) -> None:
+        exps = self._experiments()
+        if not exps:
+            return
+        ids = ", ".join(map(str, exps))
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.table.clear_marks()
+                self.dapp.experiment_action("kill", exps)
+
+        self.app.push_screen(
+            Confirm(f"Kill experiment(s) {ids}? Their trials are stopped now."), done
+        )
+
+    def action_open_experiment(self) -> None:
+        cur = self.table.current
+        if cur is not None and cur.data.get("experiment_id"):
+            self.dapp.open_view("exp", cur.data["experiment_id"])
+
+    def on_resource_table_selected(self, message: ResourceTable.Selected) -> None:
+        self.action_open_experiment()
+
+    def action_logs(self) -> None:
+        cur = self.table.current
+        if cur is not None and cur.data.get("experiment_id"):
+            self.dapp.open_experiment_logs(int(cur.data["experiment_id"]))
