@@ -34,6 +34,7 @@ class DistributedContext:
         cross_size: int = 1,
         chief_ip: str | None = None,
         backend: _Backend | None = None,
+        owns_process_group: bool = False,
     ) -> None:
         if size > 1 and backend is None:
             raise ValueError("a DistributedContext with size > 1 needs a communication backend")
@@ -45,6 +46,7 @@ class DistributedContext:
         self.cross_size = cross_size
         self.chief_ip = chief_ip
         self._backend = backend
+        self._owns_process_group = owns_process_group
 
     # Determined offers getters as well as attributes.
     def get_rank(self) -> int:
@@ -103,10 +105,24 @@ class DistributedContext:
         return self.allgather_local(obj)[0]
 
     def close(self) -> None:
-        """Nothing to release: the process group belongs to whoever created it."""
+        """Tear down the process group if this context created it.
+
+        A gloo group left to the interpreter's exit can abort the process ("terminate called
+        without an active exception") while its C++ threads are destroyed, so the worker that
+        built it destroys it explicitly. A group the script created is the script's to destroy.
+        """
+        if not self._owns_process_group:
+            return
+        self._owns_process_group = False
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
     @classmethod
-    def from_torch_distributed(cls, chief_ip: str | None = None) -> DistributedContext:
+    def from_torch_distributed(
+        cls, chief_ip: str | None = None, *, owns_process_group: bool = False
+    ) -> DistributedContext:
         """Wrap an initialized `torch.distributed` process group (e.g. under torchrun).
 
         Ranks come from torchrun's environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
@@ -133,6 +149,7 @@ class DistributedContext:
             cross_size=max(size // max(local_size, 1), 1),
             chief_ip=chief_ip or os.environ.get("MASTER_ADDR"),
             backend=_TorchBackend(rank, size),
+            owns_process_group=owns_process_group,
         )
 
 
@@ -190,7 +207,8 @@ def from_env() -> DistributedContext | None:
     import torch
     import torch.distributed as dist
 
-    if not dist.is_initialized():
+    created = not dist.is_initialized()
+    if created:
         backend = os.environ.get("DET_DIST_BACKEND") or (
             "nccl" if torch.cuda.is_available() else "gloo"
         )
@@ -200,4 +218,4 @@ def from_env() -> DistributedContext | None:
         dist.init_process_group(
             backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout)
         )
-    return DistributedContext.from_torch_distributed()
+    return DistributedContext.from_torch_distributed(owns_process_group=created)

@@ -84,6 +84,8 @@ with harness.core.init() as core:
     got = d.allgather(d.rank * 10)
     chief = d.broadcast("from-%d" % d.rank)
     print("worker", d.rank, d.size, d.local_rank, got, chief, flush=True)
+# The context built the process group, so closing it tore the group down.
+print("group left", torch.distributed.is_initialized(), flush=True)
 """
 
 
@@ -98,6 +100,7 @@ def test_torch_launcher_runs_a_core_api_script_on_n_workers(tmp_path: Path) -> N
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     assert "[rank=0] worker 0 2 0 [0, 10] from-0" in r.stdout
+    assert "[rank=1] group left False" in r.stdout
     assert "[rank=1] worker 1 2 1 [0, 10] from-0" in r.stdout
 
 
