@@ -58,6 +58,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "$DET_AGENT_RUNTIME or auto)",
     )
     p.add_argument(
+        "--no-warm-start",
+        dest="warm_start",
+        action="store_false",
+        default=os.environ.get("DET_AGENT_WARM_START", "1") != "0",
+        help="process runtime: start every trial as a fresh interpreter instead of forking "
+        "`python3 script.py`/`python3 -m module` entrypoints from a warm one (default: warm; "
+        "DET_AGENT_WARM_START=0 turns it off)",
+    )
+    p.add_argument(
         "--container-master-url",
         default=os.environ.get("DET_CONTAINER_MASTER_URL") or None,
         metavar="URL",
@@ -221,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         log_sink=shipper.add,
         kill_grace=args.kill_grace,
         keep_workdirs=keep,
+        warm_start=args.warm_start,
     )
     try:
         runtime = make_runtime(args.runtime, ctx, docker_options(args))

@@ -38,6 +38,8 @@ class RuntimeContext:
     log_sink: LogSink
     kill_grace: float = 10.0
     keep_workdirs: bool = False
+    # process runtime: fork Python trials from a warm interpreter (agent/runtime/warm.py)
+    warm_start: bool = True
 
 
 @dataclass

@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from agent.modeldef import ModelDefError, extract_model_def
 from agent.runtime import AGENT_LINE_PREFIX, EXITED, Allocation, Runtime, RuntimeContext
+from agent.runtime.warm import WarmProcess, WarmStarter, warm_form
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class _Spawner:
 
 @dataclass
 class _Proc:
-    popen: subprocess.Popen[bytes]
+    popen: subprocess.Popen[bytes] | WarmProcess
     workdir: Path
     exited: threading.Event = field(default_factory=threading.Event)
 
@@ -160,6 +161,16 @@ class ProcessRuntime(Runtime):
         super().__init__(ctx)
         self._spawner = _Spawner()
         self._harness_root = harness_root()
+        self._warm: WarmStarter | None = None
+        if ctx.warm_start:
+            server_env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+            server_env["PYTHONPATH"] = _prepend(
+                server_env.get("PYTHONPATH"), [self._harness_root or ""]
+            )
+            self._warm = WarmStarter(self._start_server, server_env)
+
+    def _start_server(self, **kwargs: Any) -> subprocess.Popen[bytes]:
+        return self._spawner.popen(preexec_fn=_die_with_parent, **kwargs)
 
     # -- environment --
 
@@ -217,23 +228,14 @@ class ProcessRuntime(Runtime):
                 return
             rec.launching = True
         try:
-            proc = self._spawner.popen(
-                args=argv,
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+            proc, how = self._launch(argv, workdir, env)
         except OSError as e:
             self._remove(workdir)
             self.fail(aid, *_start_error(spec.get("entrypoint"), argv, e))
             return
         handle = _Proc(proc, workdir)
         self._running(rec, proc.pid, handle)
-        log.info("allocation %s started: pid %d: %s", aid, proc.pid, shlex.join(argv))
+        log.info("allocation %s started (%s): pid %d: %s", aid, how, proc.pid, shlex.join(argv))
         assert proc.stdout is not None and proc.stderr is not None
         readers = [
             threading.Thread(
@@ -250,6 +252,29 @@ class ProcessRuntime(Runtime):
             kill_now = rec.kill_requested
         if kill_now:
             self._kill_launched(rec)
+
+    def _launch(
+        self, argv: list[str], workdir: Path, env: dict[str, str]
+    ) -> tuple[subprocess.Popen[bytes] | WarmProcess, str]:
+        """Fork a Python entrypoint from the warm interpreter, else start it with subprocess."""
+        if self._warm is not None:
+            form = warm_form(argv, env, workdir, self._warm.env)
+            if form is not None:
+                try:
+                    return self._warm.spawn(form, workdir, env), "warm"
+                except OSError as e:
+                    log.warning("warm start failed (%s): starting the trial cold", e)
+        proc = self._spawner.popen(
+            args=argv,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        return proc, "cold"
 
     def _pump(self, aid: str, stream: str, pipe: IO[bytes]) -> None:
         """Forward one output stream line by line; a line is kept whole however long it is."""
@@ -299,6 +324,8 @@ class ProcessRuntime(Runtime):
         shutil.rmtree(workdir, ignore_errors=True)
 
     def _close(self) -> None:
+        if self._warm is not None:
+            self._warm.close()
         self._spawner.close()
 
 

@@ -1,0 +1,169 @@
+"""The warm-start server: a Python interpreter that forks trial processes with imports done.
+
+Started by the process runtime (`python _zygote.py <socket fd>`, by path so that no package
+`__init__` runs here). It imports the harness's dependencies (requests, urllib3, yaml, ...)
+once, drops the `harness` package itself so that every trial imports its own copy under its own
+environment, and then serves requests on a SOCK_SEQPACKET unix socket:
+
+  -> {"op": "spawn", "id": n, "kind": "path"|"module", "target": ..., "args": [...],
+      "cwd": ..., "env": {...}}  with the trial's stdout and stderr fds attached
+  <- {"id": n, "pid": pid}  or  {"id": n, "error": "..."}
+  <- {"exit": pid, "code": returncode}  when a trial exits (negative: killed by that signal)
+
+A forked trial starts in a new session (so the agent can kill its process group), dies with
+this server (PR_SET_PDEATHSIG), gets the trial's cwd, environment, argv and sys.path, and runs
+its script or module as `__main__`; an uncaught exception or SystemExit then ends it exactly as
+it would end a fresh interpreter. `random` reseeds itself in every fork. Only standard-library
+code lives here: it runs before anything else is imported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+PRELOAD = ("harness", "harness.core", "harness.api")
+MAX_MESSAGE = 4 * 1024 * 1024
+_PR_SET_PDEATHSIG = 1
+
+
+def _preload() -> None:
+    """Import the harness's dependencies, then forget the harness itself."""
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except Exception as e:  # a broken preload only costs speed
+            print(f"warm start: cannot preload {name}: {e}", file=sys.stderr, flush=True)
+    for name in [m for m in sys.modules if m == "harness" or m.startswith("harness.")]:
+        del sys.modules[name]
+
+
+def _send(sock: socket.socket, msg: dict[str, Any]) -> None:
+    sock.send(json.dumps(msg).encode())
+
+
+def _reap(sock: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def serve(sock: socket.socket) -> dict[str, Any] | None:
+    """Answer requests until the agent hangs up (None); in a forked child, return its job."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    while True:
+        ready, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            _reap(sock)
+        if sock not in ready:
+            continue
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 2)
+        except OSError:
+            return None
+        if not data:
+            return None
+        job = json.loads(data)
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"id": job["id"], "error": f"fork failed: {e}"})
+            continue
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            for fd in (wake_r, wake_w):
+                os.close(fd)
+            sock.close()
+            job["fds"] = fds
+            return job
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"id": job["id"], "pid": pid})
+
+
+def _become_trial(job: dict[str, Any]) -> None:
+    """Turn this fork into the trial's process: session, streams, signals, env, cwd, sys.path."""
+    os.setsid()
+    try:
+        libc: Any = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+    out, err = job["fds"]
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    for src, dst in ((devnull, 0), (out, 1), (err, 2)):
+        os.dup2(src, dst)
+    for fd in (devnull, out, err):
+        if fd > 2:
+            os.close(fd)
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.chdir(job["cwd"])
+    old_pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ.clear()
+    os.environ.update(job["env"])
+    new_pythonpath = [p for p in job["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+    base = [p for p in sys.path[1:] if p not in old_pythonpath]
+    first = (
+        os.path.dirname(os.path.abspath(job["target"])) if job["kind"] == "path" else os.getcwd()
+    )
+    sys.path[:] = [first, *(os.path.abspath(p) for p in new_pythonpath), *base]
+    sys.path_importer_cache.clear()
+    # Unbuffered, as PYTHONUNBUFFERED makes a fresh interpreter: lines reach the log at once.
+    encoding = job["env"].get("PYTHONIOENCODING") or "utf-8"
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.FileIO(1, "wb", closefd=False), encoding=encoding, write_through=True
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.FileIO(2, "wb", closefd=False),
+        encoding=encoding,
+        errors="backslashreplace",
+        write_through=True,
+    )
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding=encoding
+    )
+
+
+def run_trial(job: dict[str, Any]) -> None:
+    """Run the job's script or module as `__main__`; exceptions propagate like a fresh start."""
+    _become_trial(job)
+    if job["kind"] == "module":
+        sys.argv = [job["target"], *job["args"]]
+        runpy.run_module(job["target"], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = [job["target"], *job["args"]]
+        runpy.run_path(job["target"], run_name="__main__")
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    _preload()
+    job = serve(sock)
+    if job is None:
+        return
+    run_trial(job)
+
+
+if __name__ == "__main__":
+    main()
