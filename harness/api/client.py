@@ -132,7 +132,8 @@ class Client:
         return self.session.get(f"/experiments/{exp_id}")
 
     def get_experiment(self, exp_id: int) -> JSON:
-        return self.describe_experiment(exp_id)["experiment"]
+        """The experiment without its trials (one cheap request however many it has)."""
+        return self.session.get(f"/experiments/{exp_id}", params={"trials": "false"})["experiment"]
 
     def list_experiment_trials(self, exp_id: int) -> list[JSON]:
         return self.session.get(f"/experiments/{exp_id}/trials")["trials"]

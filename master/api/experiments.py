@@ -76,12 +76,11 @@ def list_experiments():  # type: ignore[no-untyped-def]
 def describe(exp_id: int):  # type: ignore[no-untyped-def]
     require_user()
     exp = svc.get_experiment(exp_id)
-    return jsonify(
-        {
-            "experiment": svc.experiment_json(exp),
-            "trials": [trial_json(t) for t in trials_of(exp_id)],
-        }
-    )
+    body: dict = {"experiment": svc.experiment_json(exp)}
+    # `?trials=false`: the experiment alone, cheap however many trials it has (for pollers).
+    if bool_arg("trials", True):
+        body["trials"] = [trial_json(t) for t in trials_of(exp_id)]
+    return jsonify(body)
 
 
 @bp.get("/experiments/<int:exp_id>/trials")

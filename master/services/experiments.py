@@ -6,7 +6,7 @@ import hashlib
 import random
 
 from flask import current_app
-from sqlalchemy import select
+from sqlalchemy import func, inspect, select
 
 from master.db import db, utcnow
 from master.errors import BadRequest, NotFound, TooLarge
@@ -194,6 +194,13 @@ def maybe_finish(exp: Experiment) -> None:
     exp.progress = 1.0 if final == State.COMPLETED else exp.progress
 
 
+def _num_trials(exp: Experiment) -> int:
+    """The trial count: from the loaded trials (list pages preload them), else by counting."""
+    if "trials" not in inspect(exp).unloaded:
+        return len(exp.trials)
+    return db.session.scalar(select(func.count(Trial.id)).where(Trial.experiment_id == exp.id)) or 0
+
+
 def experiment_json(exp: Experiment) -> dict:
     from master.db import iso
 
@@ -206,7 +213,7 @@ def experiment_json(exp: Experiment) -> dict:
         "owner": exp.owner.username if exp.owner else None,
         "config": exp.config,
         "progress": exp.progress,
-        "num_trials": len(exp.trials),
+        "num_trials": _num_trials(exp),
         "best_trial_id": exp.best_trial_id,
         "best_validation": exp.best_validation,
         "searcher_metric": searcher.get("metric"),

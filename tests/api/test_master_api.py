@@ -125,6 +125,8 @@ def test_full_lifecycle_metrics_checkpoint_and_completion(app: Flask, client: Fl
     assert d["experiment"]["state"] == "COMPLETED"
     assert d["experiment"]["progress"] == 1.0
     assert d["experiment"]["best_validation"] == 0.25
+    alone = client.get(f"/api/v1/experiments/{exp['id']}?trials=false", headers=auth).json
+    assert alone == {"experiment": d["experiment"]} and alone["experiment"]["num_trials"] == 1
     t = d["trials"][0]
     assert (t["state"], t["steps_completed"], t["latest_checkpoint"]) == (
         "COMPLETED",
