@@ -130,10 +130,16 @@ def searcher_trial_closed(exp: Experiment, trial: Trial) -> None:
 
 def update_progress(exp: Experiment) -> None:
     method = load_searcher(exp)
+    # Four columns, not the Trial objects: this runs on every completion and exit, and a large
+    # search has thousands of trials.
+    rows = db.session.execute(
+        select(Trial.request_id, Trial.searcher_completed, Trial.progress, Trial.searcher_target)
+        .where(Trial.experiment_id == exp.id)
+    ).all()
     lengths = {
         # `progress` is the fraction of the current operation (0..1) the trial last reported.
-        t.request_id: float(max(t.searcher_completed, min(t.progress, 1.0) * t.searcher_target))
-        for t in exp.trials
+        rid: float(max(completed, min(progress, 1.0) * target))
+        for rid, completed, progress, target in rows
     }
     try:
         exp.progress = max(0.0, min(1.0, float(method.progress(lengths))))
