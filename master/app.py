@@ -38,6 +38,12 @@ def create_app(config: MasterConfig, *, start_background: bool = True) -> Flask:
         AGENT_TOKEN=load_or_create_agent_token(config.data_dir),
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    if start_background:  # this process runs the cluster: it must be the database's only master
+        from master.instance_lock import MasterLock
+
+        lock = MasterLock(config.db_url)
+        app.extensions["det_master_lock"] = lock
+        lock.watch(_stop_master)
     db.init_app(app)
     with app.app_context():
         if db.engine.dialect.name == "sqlite":
@@ -65,6 +71,16 @@ def create_app(config: MasterConfig, *, start_background: bool = True) -> Flask:
         app.extensions["det_jobs"] = start_jobs(app)
         kicker.kick()
     return app
+
+
+def _stop_master(why: str) -> None:
+    """The database now belongs to another master: stop rather than schedule alongside it."""
+    import logging
+    import os
+    import signal
+
+    logging.getLogger("detlab.master").critical("stopping: %s", why)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _grace_for_agents() -> None:

@@ -48,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     from waitress import create_server
 
     from master.app import create_app
+    from master.instance_lock import MasterAlreadyRunning
 
     try:
         app = create_app(cfg)
+    except MasterAlreadyRunning as e:
+        print(f"det-master: {e}", file=sys.stderr)
+        return 1
     except Exception as e:  # a bad DB URL or an unreachable database
         logging.getLogger("detlab.master").exception("cannot start")
         print(f"det-master: cannot start: {e}", file=sys.stderr)

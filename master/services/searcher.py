@@ -133,8 +133,9 @@ def update_progress(exp: Experiment) -> None:
     # Four columns, not the Trial objects: this runs on every completion and exit, and a large
     # search has thousands of trials.
     rows = db.session.execute(
-        select(Trial.request_id, Trial.searcher_completed, Trial.progress, Trial.searcher_target)
-        .where(Trial.experiment_id == exp.id)
+        select(
+            Trial.request_id, Trial.searcher_completed, Trial.progress, Trial.searcher_target
+        ).where(Trial.experiment_id == exp.id)
     ).all()
     lengths = {
         # `progress` is the fraction of the current operation (0..1) the trial last reported.
