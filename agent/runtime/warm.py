@@ -255,9 +255,13 @@ class WarmStarter:
                         proc._exited(int(msg["code"]))
                     continue
                 done, box = self._replies.pop(int(msg["id"]), (None, {}))
+            if done is None:
+                # The request gave up waiting (spawn timed out): nobody tracks this trial.
+                if "pid" in msg:
+                    _kill_group(int(msg["pid"]))
+                continue
             box.update(msg)
-            if done is not None:
-                done.set()
+            done.set()
         # The server is gone: its trials died with it (PR_SET_PDEATHSIG).
         with self._lock:
             if self._sock is sock:
@@ -272,3 +276,12 @@ class WarmStarter:
             proc._exited(-signal.SIGKILL)
         for done, _box in replies.values():
             done.set()
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL a forked trial and its process group (which it may not have created yet)."""
+    for kill in (os.kill, os.killpg):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
