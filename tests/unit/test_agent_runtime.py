@@ -2,105 +2,27 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
-import tarfile
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agent.runtime import EXITED, RUNNING, RuntimeContext
 from agent.runtime.process import ProcessRuntime, build_argv
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-class Sink:
-    """Collects log lines as the runtime emits them."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, str]] = []
-        self._cond = threading.Condition()
-
-    def __call__(self, aid: str, stream: str, line: str) -> None:
-        with self._cond:
-            self.lines.append((aid, stream, line))
-            self._cond.notify_all()
-
-    def of(self, aid: str, stream: str | None = None) -> list[str]:
-        with self._cond:
-            return [ln for a, s, ln in self.lines if a == aid and (stream is None or s == stream)]
-
-    def wait_for(self, aid: str, text: str, timeout: float = 10.0) -> None:
-        with self._cond:
-            ok = self._cond.wait_for(lambda: any(text in ln for ln in self.of(aid)), timeout)
-        assert ok, f"{text!r} never appeared in {self.of(aid)}"
-
-
-def make_tarball(path: Path, files: dict[str, str | bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, content in files.items():
-            data = content.encode() if isinstance(content, str) else content
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return path
-
-
-@pytest.fixture
-def sink() -> Sink:
-    return Sink()
-
-
-@pytest.fixture
-def runtime(tmp_path: Path, sink: Sink) -> Iterator[ProcessRuntime]:
-    ctx = RuntimeContext(
-        work_dir=tmp_path / "work",
-        master_url="http://master.test:8080",
-        agent_id="agent-t",
-        slots=[{"index": i, "type": "cpu", "uuid": f"cpu-{i}"} for i in range(2)],
-        log_sink=sink,
-        kill_grace=1.0,
-    )
-    rt = ProcessRuntime(ctx)
-    yield rt
-    rt.shutdown(timeout=5)
-
-
-def spec(aid: str, entrypoint: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "allocation_id": aid,
-        "trial_id": 7,
-        "experiment_id": 3,
-        "entrypoint": entrypoint,
-        "slot_indexes": [0],
-        "env": {"DET_TRIAL_ID": "7", "DET_EXPERIMENT_ID": "3", "DET_ALLOCATION_ID": aid},
-        **extra,
-    }
-
-
-def state(rt: ProcessRuntime, aid: str) -> dict[str, Any]:
-    return next(a for a in rt.states() if a["id"] == aid)
-
-
-def wait_exited(rt: ProcessRuntime, aid: str, timeout: float = 10.0) -> dict[str, Any]:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        st = state(rt, aid)
-        if st["state"] == EXITED:
-            return st
-        time.sleep(0.02)
-    raise AssertionError(f"{aid} did not exit: {state(rt, aid)}")
-
+from tests.unit.runtime_support import (
+    REPO,
+    Sink,
+    alive,
+    make_tarball,
+    spec,
+    state,
+    wait_exited,
+)
 
 TRAIN_PY = textwrap.dedent(
     """
@@ -324,14 +246,6 @@ ORPHAN_SCRIPT = textwrap.dedent(
 )
 
 
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "\nState:\tZ" not in status
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
 def test_trials_die_with_a_killed_agent(tmp_path: Path) -> None:
     proc = subprocess.run(
@@ -344,6 +258,6 @@ def test_trials_die_with_a_killed_agent(tmp_path: Path) -> None:
     assert proc.returncode == -9, proc.stderr
     pid = int(proc.stdout.split()[0])
     end = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < end:
+    while alive(pid) and time.monotonic() < end:
         time.sleep(0.05)
-    assert not _alive(pid), "the trial outlived its agent"
+    assert not alive(pid), "the trial outlived its agent"

@@ -9,18 +9,17 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agent.runtime import RUNNING, RuntimeContext
+from agent.runtime import RUNNING
 from agent.runtime.process import ProcessRuntime
 from agent.runtime.warm import WarmForm, warm_form
-from tests.unit.test_agent_runtime import (
+from tests.unit.runtime_support import (
     REPO,
     Sink,
-    _alive,
+    alive,
     make_tarball,
     spec,
     state,
@@ -53,26 +52,6 @@ def test_which_entrypoints_start_warm(tmp_path: Path) -> None:
     assert form(["python3", "train.py"], tmp_path, DET_WARM_START="0") is None
     assert form(["python3", "train.py"], tmp_path, PYTHONHASHSEED="0") is None
     assert form([], tmp_path) is None
-
-
-@pytest.fixture
-def sink() -> Sink:
-    return Sink()
-
-
-@pytest.fixture
-def runtime(tmp_path: Path, sink: Sink) -> Iterator[ProcessRuntime]:
-    ctx = RuntimeContext(
-        work_dir=tmp_path / "work",
-        master_url="http://master.test:8080",
-        agent_id="agent-w",
-        slots=[{"index": 0, "type": "cpu", "uuid": "cpu-0"}],
-        log_sink=sink,
-        kill_grace=1.0,
-    )
-    rt = ProcessRuntime(ctx)
-    yield rt
-    rt.shutdown(timeout=5)
 
 
 FRESH_PY = textwrap.dedent(
@@ -161,9 +140,9 @@ def test_a_dead_server_takes_its_trials_and_comes_back(
     server.kill()
     assert wait_exited(runtime, "s1")["exit_code"] == -signal.SIGKILL
     end = time.monotonic() + 5
-    while _alive(trial_pid) and time.monotonic() < end:
+    while alive(trial_pid) and time.monotonic() < end:
         time.sleep(0.05)
-    assert not _alive(trial_pid), "the trial outlived the warm-start server"
+    assert not alive(trial_pid), "the trial outlived the warm-start server"
     runtime.start(spec("s2", "python3 train.py"), tarball)
     assert wait_exited(runtime, "s2")["exit_code"] == 0
     assert facts(sink, "s2")["parent"] != server.pid
@@ -207,6 +186,6 @@ def test_warm_trials_die_with_a_killed_agent(tmp_path: Path) -> None:
     assert proc.returncode == -9, proc.stderr
     pid = int(proc.stdout.split()[0])
     end = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < end:
+    while alive(pid) and time.monotonic() < end:
         time.sleep(0.05)
-    assert not _alive(pid), "the warm trial outlived its agent"
+    assert not alive(pid), "the warm trial outlived its agent"
