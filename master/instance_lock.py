@@ -118,15 +118,16 @@ class MasterLock:
 
     def _watch(self, on_lost: Callable[[str], None]) -> None:
         while not self._stop.wait(CHECK_EVERY_S):
-            try:
-                self._conn.execute(text("SELECT 1")).scalar()
-                self._conn.commit()
-                continue
-            except Exception as e:
-                log.warning("the master's database lock connection failed (%s): re-taking it", e)
-            with contextlib.suppress(Exception):
-                self._conn.close()
-            self._conn = None
+            if self._conn is not None:
+                try:
+                    self._conn.execute(text("SELECT 1")).scalar()
+                    self._conn.commit()
+                    continue
+                except Exception as e:
+                    log.warning("the master lock connection failed (%s): re-taking it", e)
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._conn = None
             try:
                 self._acquire_advisory()
             except MasterAlreadyRunning as e:
