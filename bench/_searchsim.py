@@ -215,7 +215,7 @@ def optuna_available() -> str | None:
     try:
         import optuna  # noqa: F401
     except ImportError as e:
-        return f"optuna is not importable ({e}); install the bench extra: pip install -e .[bench]"
+        return f"optuna is not importable ({e}); pip install -e ."
     return None
 
 

@@ -21,6 +21,7 @@ from master.expconf._lengths import parse_length
 
 SEARCHERS = ("single", "grid", "random", "adaptive_asha")
 MODES = ("aggressive", "standard", "conservative")
+SAMPLERS = ("tpe", "random")  # how adaptive_asha proposes new trials
 _KEYS = (
     "name",
     "metric",
@@ -31,6 +32,7 @@ _KEYS = (
     "mode",
     "divisor",
     "max_rungs",
+    "sampler",
     "bracket_rungs",
     "stop_once",
     "time_metric",
@@ -66,6 +68,7 @@ def parse_searcher(raw: Any) -> dict[str, Any]:
         "mode": get_str(fields, "mode", path, "standard", choices=MODES),
         "divisor": get_number(fields, "divisor", path, 4.0, above=1.0),
         "max_rungs": get_int(fields, "max_rungs", path, 5, minimum=1),
+        "sampler": get_str(fields, "sampler", path, "tpe", choices=SAMPLERS),
         "bracket_rungs": _bracket_rungs(fields),
         "stop_once": get_bool(fields, "stop_once", path, False),
         "time_metric": get_str(fields, "time_metric", path, None),

@@ -27,6 +27,11 @@ than `max_concurrent_trials` trials have outstanding work; pending promotions co
 INVALID_HP trial is forgotten (its results leave the rungs) and replaced; an ERRORED, canceled or
 master-closed trial that was training counts as the worst result of the rung it was training for.
 Ties rank by arrival (earlier first).
+
+Proposals (`sampler`): `tpe` (the default) draws two of three new trials from a TPE model fitted
+on the longest rung that holds enough results (BOHB-style, see `master.searcher.model`), the rest
+uniformly at random; `random` samples every trial uniformly, as Determined does. The rules above
+(layout, promotions, stopping) are the same for both.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from master.searcher.base import (
     Stop,
     ValidateAfter,
 )
+from master.searcher.model import RANDOM_FRACTION, Observation, propose
 
 # Names under which the time metric may be missing from a report and mean the steps reported.
 _STEP_METRICS = ("batches", "steps_completed")
@@ -216,6 +222,7 @@ class AdaptiveASHASearch(SearchMethod):
         self.stopping = is_stopping(config)
         self.max_trials = int(s["max_trials"])
         self.brackets = asha_layout(config)
+        self.model_based = s.get("sampler", "tpe") == "tpe"
         self.limit = concurrency_limit(config, self.max_trials)
         self.expected_total = sum(
             bracket_total_length(
@@ -226,6 +233,7 @@ class AdaptiveASHASearch(SearchMethod):
         )
         # state
         self.trials: dict[str, _Trial] = {}  # creation order
+        self.hparams: dict[str, dict[str, Any]] = {}  # the model's inputs (sampler tpe only)
         self.rungs: list[list[list[_Entry]]] = [[[] for _ in b.lengths] for b in self.brackets]
         self.created = [0 for _ in self.brackets]  # per bracket, INVALID_HP ones not counted
         self.seq = 0
@@ -326,6 +334,7 @@ class AdaptiveASHASearch(SearchMethod):
             return self._lost(request_id)
         # Forget it entirely (its results leave the rungs) and let _fill replace it.
         del self.trials[request_id]
+        self.hparams.pop(request_id, None)
         self.created[trial.bracket] -= 1
         self.invalid += 1
         for rung in self.rungs[trial.bracket]:
@@ -445,7 +454,7 @@ class AdaptiveASHASearch(SearchMethod):
             b = self._next_bracket()
             if b is None:
                 break
-            create: Create = self._create()
+            create = self._new_trial()
             self.trials[create.request_id] = _Trial(b, 0, "running")
             self.created[b] += 1
             running += 1
@@ -460,6 +469,31 @@ class AdaptiveASHASearch(SearchMethod):
             self.shut_down = True
             ops.append(Shutdown(failure=self.results == 0))
         return ops
+
+    def _new_trial(self) -> Create:
+        """A Create whose hyperparameters come from the model (sampler tpe) or at random."""
+        if not self.model_based:
+            return self._create()
+        hparams = None
+        if self.rng.random() >= RANDOM_FRACTION:
+            seed = self.rng.randrange(2**31)
+            space = self.config.get("hyperparameters") or {}
+            hparams = propose(space, self._observations(), seed, self.smaller_is_better)
+        create = self._create(hparams)
+        self.hparams[create.request_id] = create.hparams
+        return create
+
+    def _observations(self) -> list[Observation]:
+        """Every rung result with known hyperparameters, in arrival order (lost ones left out)."""
+        out: list[tuple[int, Observation]] = []
+        for b, bracket in enumerate(self.brackets):
+            for k, rung in enumerate(self.rungs[b]):
+                for e in rung:
+                    hparams = self.hparams.get(e.request_id)
+                    if hparams is not None and not e.lost:
+                        out.append((e.seq, Observation(hparams, bracket.lengths[k], e.metric)))
+        out.sort(key=lambda pair: pair[0])
+        return [obs for _seq, obs in out]
 
     def _close_settled(self) -> list[Operation]:
         """Close idle trials of rungs that can receive no more results and cannot promote them.
@@ -501,6 +535,7 @@ class AdaptiveASHASearch(SearchMethod):
     def _state(self) -> dict[str, Any]:
         return {
             "trials": [[rid, t.bracket, t.rung, t.state] for rid, t in self.trials.items()],
+            "hparams": self.hparams,
             "rungs": [[[_entry_json(e) for e in rung] for rung in b] for b in self.rungs],
             "created": list(self.created),
             "seq": self.seq,
@@ -524,6 +559,9 @@ class AdaptiveASHASearch(SearchMethod):
             ]
             for bracket in state["rungs"]
         ]
+        # Snapshots from before model-based proposals have no hyperparameters: the model then
+        # learns from the trials created after the restore only.
+        self.hparams = dict(state.get("hparams") or {})
         self.created = [int(n) for n in state["created"]]
         self.seq = int(state["seq"])
         self.invalid = int(state["invalid"])

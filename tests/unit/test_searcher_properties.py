@@ -60,6 +60,7 @@ def make_config(kind: str, p: dict[str, Any]) -> dict:
             divisor=p["divisor"],
             max_rungs=p["max_rungs"],
             mode=p["mode"],
+            sampler=p["sampler"],
         )
         if p["bracket_rungs"]:
             s["bracket_rungs"] = p["bracket_rungs"]
@@ -360,6 +361,7 @@ params = st.fixed_dictionaries(
         "divisor": st.sampled_from([2.0, 3.0, 4.0, 2.5]),
         "max_rungs": st.integers(1, 5),
         "mode": st.sampled_from(["aggressive", "standard", "conservative"]),
+        "sampler": st.sampled_from(["tpe", "random"]),
         "bracket_rungs": st.one_of(st.none(), st.lists(st.integers(1, 4), min_size=1, max_size=3)),
     }
 )

@@ -1,0 +1,246 @@
+"""Model-based proposals (TPE on rung results) and adaptive ASHA's `sampler` option."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from master.expconf import ConfigError, validate_experiment_config
+from master.searcher import AdaptiveASHASearch, Create, ValidateAfter, make_searcher
+from master.searcher.hparams import sample
+from master.searcher.model import Observation, _decode, _encode, _flat_space, min_points, propose
+
+SPACE: dict[str, Any] = {
+    "lr": {"type": "log", "minval": -4.0, "maxval": -1.0, "base": 10.0},
+    "width": {"type": "int", "minval": 8, "maxval": 128},
+    "dropout": {"type": "double", "minval": 0.0, "maxval": 0.5},
+    "opt": {"type": "categorical", "vals": ["adam", "sgd", {"name": "lamb"}]},
+    "arch": {
+        "type": "object",
+        "vals": {
+            "depth": {"type": "int", "minval": 1, "maxval": 4},
+            "kind": {"type": "const", "val": "mlp"},
+        },
+    },
+    "epochs": {"type": "const", "val": 3},
+}
+
+
+def observations(f, n: int, seed: int = 0, length: int = 10) -> list[Observation]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        hp = sample(SPACE, rng)
+        out.append(Observation(hp, length, f(hp)))
+    return out
+
+
+def quadratic(hp: dict[str, Any]) -> float:
+    """Best at dropout 0.4 and width 100."""
+    return (hp["dropout"] - 0.4) ** 2 + ((hp["width"] - 100) / 120) ** 2
+
+
+# -- the space ----------------------------------------------------------------------------------
+
+
+def test_every_type_round_trips_through_optuna_params() -> None:
+    flat = _flat_space(SPACE)
+    assert list(flat) == ["arch.depth", "dropout", "lr", "opt", "width"]  # const left out
+    rng = random.Random(3)
+    for _ in range(50):
+        hp = sample(SPACE, rng)
+        params = _encode(flat, hp)
+        assert params is not None
+        back = _decode(SPACE, flat, params)
+        assert back.keys() == hp.keys()
+        assert back["arch"] == hp["arch"] and back["epochs"] == 3 and back["opt"] == hp["opt"]
+        assert back["width"] == hp["width"] and back["dropout"] == pytest.approx(hp["dropout"])
+        assert back["lr"] == pytest.approx(hp["lr"], rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"width": 500},  # outside the range
+        {"opt": "rmsprop"},  # not one of the values
+        {"lr": -1.0},  # no logarithm
+        {"dropout": "high"},  # not a number
+        {"arch": {"kind": "mlp"}},  # depth missing
+    ],
+)
+def test_hparams_outside_the_space_are_not_modelled(change: dict[str, Any]) -> None:
+    hp = {**sample(SPACE, random.Random(1)), **change}
+    assert _encode(_flat_space(SPACE), hp) is None
+
+
+def test_min_points_is_dimensions_plus_two() -> None:
+    assert min_points(SPACE) == 7
+    assert min_points({"c": {"type": "const", "val": 1}}) == 2
+
+
+# -- proposals ---------------------------------------------------------------------------------
+
+
+def test_no_proposal_until_a_rung_has_enough_results() -> None:
+    obs = observations(quadratic, min_points(SPACE) - 1)
+    assert propose(SPACE, obs, seed=1) is None
+    spread = [Observation(o.hparams, 10 + i, o.metric) for i, o in enumerate(obs * 2)]
+    assert propose(SPACE, spread, seed=1) is None  # enough in total, not in one rung
+    assert propose({"c": {"type": "const", "val": 1}}, obs * 3, seed=1) is None
+
+
+def test_proposals_are_valid_and_deterministic_per_seed() -> None:
+    obs = observations(quadratic, 30)
+    first = [propose(SPACE, obs, seed=s) for s in range(5)]
+    again = [propose(SPACE, obs, seed=s) for s in range(5)]
+    assert first == again
+    assert len({json.dumps(p, sort_keys=True) for p in first}) == 5
+    for hp in first:
+        assert hp is not None
+        assert 8 <= hp["width"] <= 128 and isinstance(hp["width"], int)
+        assert 0.0 <= hp["dropout"] <= 0.5
+        assert 1e-4 <= hp["lr"] <= 1e-1
+        assert hp["opt"] in SPACE["opt"]["vals"]
+        assert hp["arch"]["kind"] == "mlp" and 1 <= hp["arch"]["depth"] <= 4
+        assert hp["epochs"] == 3
+
+
+def test_proposals_concentrate_where_results_were_good() -> None:
+    obs = observations(quadratic, 60)
+    proposed = [propose(SPACE, obs, seed=s) for s in range(40)]
+    model = statistics.median(quadratic(hp) for hp in proposed if hp is not None)
+    uniform = statistics.median(quadratic(sample(SPACE, random.Random(s))) for s in range(40))
+    assert model < uniform / 3
+
+
+def test_larger_is_better_flips_the_model() -> None:
+    obs = [Observation(o.hparams, o.length, -o.metric) for o in observations(quadratic, 60)]
+    proposed = [propose(SPACE, obs, seed=s, smaller_is_better=False) for s in range(40)]
+    assert statistics.median(quadratic(hp) for hp in proposed if hp is not None) < 0.03
+
+
+def test_the_longest_rung_with_enough_results_is_modelled() -> None:
+    # Short rung: good at dropout 0; long rung (enough results): good at dropout 0.4.
+    short = [
+        Observation(o.hparams, 1, o.hparams["dropout"]) for o in observations(quadratic, 60, 1)
+    ]
+    long = observations(quadratic, 20, 2, length=9)
+    proposed = [propose(SPACE, short + long, seed=s) for s in range(30)]
+    assert statistics.median(hp["dropout"] for hp in proposed if hp is not None) > 0.25
+
+
+def test_non_finite_results_are_ignored() -> None:
+    obs = observations(quadratic, min_points(SPACE) - 1)
+    obs.append(Observation(obs[0].hparams, 10, float("inf")))
+    assert propose(SPACE, obs, seed=1) is None
+
+
+# -- adaptive ASHA with sampler tpe / random -----------------------------------------------------
+
+
+def asha_config(sampler: str | None = None, smaller: bool = True) -> dict:
+    searcher: dict[str, Any] = {
+        "name": "adaptive_asha",
+        "metric": "loss",
+        "smaller_is_better": smaller,
+        "max_length": {"batches": 27},
+        "max_trials": 60,
+        "max_concurrent_trials": 4,
+        "divisor": 3,
+        "max_rungs": 3,
+        "mode": "aggressive",
+    }
+    if sampler is not None:
+        searcher["sampler"] = sampler
+    return validate_experiment_config(
+        {"entrypoint": "python3 train.py", "hyperparameters": SPACE, "searcher": searcher}
+    )
+
+
+def drive(
+    searcher: AdaptiveASHASearch,
+    results: int,
+    every: int = 0,
+    swap: Callable[[dict], dict] = lambda snap: snap,
+) -> list[Create]:
+    """Answer every ValidateAfter with quadratic(hparams) until `results` results came in.
+
+    With `every`, the searcher is replaced every that many results by a fresh one restored
+    from its snapshot (passed through `swap`), as after a master restart.
+    """
+    created: list[Create] = []
+    pending: list[ValidateAfter] = []
+    hps: dict[str, dict] = {}
+
+    def take(ops: list) -> None:
+        for op in ops:
+            if isinstance(op, Create):
+                created.append(op)
+                hps[op.request_id] = op.hparams
+            elif isinstance(op, ValidateAfter):
+                pending.append(op)
+
+    take(searcher.initial_operations())
+    for i in range(1, results + 1):
+        if not pending:
+            break
+        op = pending.pop(0)
+        metric = quadratic(hps[op.request_id])
+        take(searcher.on_validation_completed(op.request_id, metric, op.length))
+        if every and i % every == 0:
+            snap = swap(json.loads(json.dumps(searcher.snapshot(), allow_nan=False)))
+            fresh = make_searcher(searcher.config, 999)
+            fresh.restore(snap)
+            assert isinstance(fresh, AdaptiveASHASearch)
+            searcher = fresh
+    return created
+
+
+def test_tpe_is_the_default_and_validated() -> None:
+    assert asha_config()["searcher"]["sampler"] == "tpe"
+    with pytest.raises(ConfigError, match="searcher.sampler: expected one of tpe, random"):
+        asha_config("bayes")
+
+
+def test_asha_tpe_proposes_better_trials_than_random() -> None:
+    def quality(sampler: str) -> float:
+        """Median objective of the trials created once rung 0 has results, over 3 seeds."""
+        values = []
+        for seed in (1, 2, 3):
+            created = drive(make_searcher(asha_config(sampler), seed), results=90)
+            values += [quadratic(c.hparams) for c in created[10:40]]
+        return statistics.median(values)
+
+    assert quality("tpe") < 0.6 * quality("random")
+
+
+def test_asha_random_sampler_keeps_no_model_inputs() -> None:
+    s = make_searcher(asha_config("random"), 5)
+    assert isinstance(s, AdaptiveASHASearch)
+    drive(s, results=20)
+    assert s.snapshot()["state"]["hparams"] == {}
+
+
+def test_asha_tpe_snapshot_restore_continues_exactly() -> None:
+    plain = drive(make_searcher(asha_config(), 7), results=80)
+    restored = drive(make_searcher(asha_config(), 7), results=80, every=7)
+    assert [(c.request_id, c.hparams, c.seed) for c in plain] == [
+        (c.request_id, c.hparams, c.seed) for c in restored
+    ]
+
+
+def test_asha_tpe_restores_a_snapshot_without_hparams() -> None:
+    def old_snapshot(snap: dict) -> dict:
+        del snap["state"]["hparams"]  # written before model-based proposals existed
+        return snap
+
+    plain = drive(make_searcher(asha_config(), 7), results=80)
+    old = drive(make_searcher(asha_config(), 7), results=80, every=10, swap=old_snapshot)
+    # The same first trials, then the search goes on (learning from new trials only).
+    assert [c.request_id for c in old[:10]] == [c.request_id for c in plain[:10]]
+    assert len(old) >= 50 and len(plain) >= 50
