@@ -254,8 +254,10 @@ def run_optuna(
     report_at: Sequence[int],
     seed: int,
     max_trials: int | None = None,
+    sampler: str = "random",
 ) -> SearchResult:
-    """An Optuna study (RandomSampler, `pruner`) on the same objective, workers and budget.
+    """An Optuna study (`pruner`; RandomSampler, or with sampler "tpe" Optuna's default
+    TPESampler) on the same objective, workers and budget.
 
     Each trial reports its metric at every length in `report_at` (ending at max_length) and
     stops when pruned. New trials start while budget remains (and `max_trials` allows).
@@ -267,7 +269,11 @@ def run_optuna(
         # A fixed name: HyperbandPruner picks each trial's bracket from a hash of the study name.
         study_name=f"bench-{objective.name}-{seed}",
         direction="minimize",
-        sampler=optuna.samplers.RandomSampler(seed=seed),
+        sampler=(
+            optuna.samplers.TPESampler(seed=seed)
+            if sampler == "tpe"
+            else optuna.samplers.RandomSampler(seed=seed)
+        ),
         pruner=pruner,
     )
     steps = sorted(set(int(s) for s in report_at) | {objective.max_length})

@@ -6,18 +6,20 @@ loss after up to 150 batches, resumable). Methods, all on the same objective, th
 8 workers and the same budget B = the cost of `random_trials` trials trained in full:
 
 - detlab `random` (max_trials = B / max_length),
-- detlab `adaptive_asha` (divisor 3, max_rungs 4, enough max_trials to spend B) in its default
-  mode `standard` (brackets of 4, 3 and 2 rungs) and, for reference, in mode `aggressive` (one
-  bracket, like Optuna's SuccessiveHalvingPruner),
-- Optuna's `SuccessiveHalvingPruner` and `HyperbandPruner` (RandomSampler, reduction factor 3,
-  min_resource = ASHA's lowest rung; trials report at ASHA's rung lengths and stop when pruned).
+- detlab `adaptive_asha` (divisor 3, max_rungs 4, mode `standard`, enough max_trials to spend
+  B) with its default model-based proposals (`sampler: tpe`) and, for reference, with uniformly
+  random proposals (`sampler: random`, Determined's behaviour),
+- Optuna's `SuccessiveHalvingPruner` and `HyperbandPruner` (reduction factor 3, min_resource =
+  ASHA's lowest rung; trials report at ASHA's rung lengths and stop when pruned), each with
+  RandomSampler and with Optuna's default TPESampler; "the best Optuna pruner" is the best of
+  the four.
 
 Everything runs in `bench._searchsim`'s virtual time (cost = batches trained, resumes pay only
 the added batches, results fed back asynchronously as they complete), median over the seeds.
 The wall-time figure is ASHA's makespan for the same experiment (max_concurrent_trials 8) on
 1 and on 8 slots, run to its natural end.
 
-Targets (from the issue), judged on ASHA's default mode: ASHA reaches random search's final
+Targets (from the issue), judged on ASHA's defaults: ASHA reaches random search's final
 best with at most a quarter of the budget; at B ASHA's median best is at least as good as the
 better Optuna pruner's; ASHA scales close to linearly from 1 to 8 slots (here: a speedup of at
 least 6x).
@@ -26,9 +28,11 @@ least 6x).
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,13 +56,23 @@ DIVISOR = 3
 MAX_RUNGS = 4
 TARGET_FRACTION = 0.25
 TARGET_SPEEDUP = 6.0
-METHODS = ("random", "asha", "asha_aggressive", "optuna_sh", "optuna_hb")
+METHODS = (
+    "random",
+    "asha",
+    "asha_random",
+    "optuna_sh",
+    "optuna_hb",
+    "optuna_sh_tpe",
+    "optuna_hb_tpe",
+)
 LABELS = {
     "random": "random",
-    "asha": "ASHA",
-    "asha_aggressive": "ASHA aggressive",
-    "optuna_sh": "Optuna SuccessiveHalving",
-    "optuna_hb": "Optuna Hyperband",
+    "asha": "ASHA (sampler tpe)",
+    "asha_random": "ASHA (sampler random)",
+    "optuna_sh": "Optuna SuccessiveHalving + random",
+    "optuna_hb": "Optuna Hyperband + random",
+    "optuna_sh_tpe": "Optuna SuccessiveHalving + TPE",
+    "optuna_hb_tpe": "Optuna Hyperband + TPE",
 }
 
 
@@ -67,7 +81,7 @@ class Setup:
     name: str
     make: Callable[[int], Objective]  # seed -> objective
     random_trials: int  # budget B = random_trials * max_length
-    asha_trials: int  # max_trials of the ASHA runs (enough to spend B; 3x for aggressive)
+    asha_trials: int  # max_trials of the ASHA runs (enough to spend B)
     digits: str = ".3f"
 
 
@@ -91,7 +105,7 @@ def setups() -> list[Setup]:
 
 
 def searcher_config(
-    objective: Objective, name: str, max_trials: int, concurrent: int, mode: str = "standard"
+    objective: Objective, name: str, max_trials: int, concurrent: int, sampler: str = "tpe"
 ) -> dict[str, Any]:
     searcher: dict[str, Any] = {
         "name": name,
@@ -102,7 +116,7 @@ def searcher_config(
         "max_concurrent_trials": concurrent,
     }
     if name == "adaptive_asha":
-        searcher.update(divisor=DIVISOR, max_rungs=MAX_RUNGS, mode=mode)
+        searcher.update(divisor=DIVISOR, max_rungs=MAX_RUNGS, mode="standard", sampler=sampler)
     return validate_experiment_config(
         {
             "name": f"bench-{objective.name}",
@@ -117,8 +131,10 @@ def curve(res: SearchResult, budget: float) -> list[float]:
     return [res.best_at(budget * (i + 1) / CURVE_POINTS) for i in range(CURVE_POINTS)]
 
 
-def one_seed(setup: Setup, seed: int, optuna: bool) -> dict[str, Any]:
-    """Every method on one seed's objective."""
+def one_seed(args: tuple[str, int, bool]) -> dict[str, Any]:
+    """Every method on one seed's objective (args: objective name, seed, with Optuna)."""
+    name, seed, optuna = args
+    setup = next(s for s in setups() if s.name == name)
     obj = setup.make(seed)
     budget = setup.random_trials * obj.max_length
     rungs = rung_lengths(obj.max_length, DIVISOR, MAX_RUNGS)
@@ -131,34 +147,36 @@ def one_seed(setup: Setup, seed: int, optuna: bool) -> dict[str, Any]:
     natural8 = run_detlab(make_searcher(asha_cfg, seed), obj, WORKERS)
     natural1 = run_detlab(make_searcher(asha_cfg, seed), obj, 1)
     runs["asha"] = natural8
-    # One bracket spends less per trial: give it enough trials to spend B too.
-    aggressive = searcher_config(obj, "adaptive_asha", 3 * setup.asha_trials, WORKERS, "aggressive")
-    runs["asha_aggressive"] = run_detlab(make_searcher(aggressive, seed), obj, WORKERS, budget)
+    plain = searcher_config(obj, "adaptive_asha", setup.asha_trials, WORKERS, "random")
+    runs["asha_random"] = run_detlab(make_searcher(plain, seed), obj, WORKERS, budget)
     cfg = searcher_config(obj, "random", setup.random_trials, WORKERS)
     runs["random"] = run_detlab(make_searcher(cfg, seed), obj, WORKERS, budget)
     if optuna:
         import optuna as op
 
-        runs["optuna_sh"] = run_optuna(
-            op.pruners.SuccessiveHalvingPruner(
-                min_resource=rungs[0], reduction_factor=DIVISOR, min_early_stopping_rate=0
-            ),
-            obj,
-            WORKERS,
-            budget,
-            rungs,
-            seed,
-        )
-        runs["optuna_hb"] = run_optuna(
-            op.pruners.HyperbandPruner(
-                min_resource=rungs[0], max_resource=obj.max_length, reduction_factor=DIVISOR
-            ),
-            obj,
-            WORKERS,
-            budget,
-            rungs,
-            seed,
-        )
+        for suffix, sampler in (("", "random"), ("_tpe", "tpe")):
+            runs["optuna_sh" + suffix] = run_optuna(
+                op.pruners.SuccessiveHalvingPruner(
+                    min_resource=rungs[0], reduction_factor=DIVISOR, min_early_stopping_rate=0
+                ),
+                obj,
+                WORKERS,
+                budget,
+                rungs,
+                seed,
+                sampler=sampler,
+            )
+            runs["optuna_hb" + suffix] = run_optuna(
+                op.pruners.HyperbandPruner(
+                    min_resource=rungs[0], max_resource=obj.max_length, reduction_factor=DIVISOR
+                ),
+                obj,
+                WORKERS,
+                budget,
+                rungs,
+                seed,
+                sampler=sampler,
+            )
     random_final = runs["random"].best_at(budget)
     return {
         "seed": seed,
@@ -168,8 +186,7 @@ def one_seed(setup: Setup, seed: int, optuna: bool) -> dict[str, Any]:
         "curves": {m: curve(r, budget) for m, r in runs.items()},
         "trials": {m: r.trials_within(budget) for m, r in runs.items()},
         "asha_to_random_final": natural8.budget_to_reach(random_final) / budget,
-        "aggressive_to_random_final": runs["asha_aggressive"].budget_to_reach(random_final)
-        / budget,
+        "asha_random_to_random_final": runs["asha_random"].budget_to_reach(random_final) / budget,
         "asha_natural": {
             "trials": natural8.trials,
             "budget_used": natural8.budget_used,
@@ -209,8 +226,8 @@ def summarise(setup: Setup, seeds: list[dict[str, Any]], optimum: float | None) 
         "median_trials": {m: median([s["trials"][m] for s in seeds]) for m in methods},
         "asha_fraction_to_random_final": median(fractions),
         "asha_fraction_reached": sum(f <= TARGET_FRACTION for f in fractions),
-        "aggressive_fraction_to_random_final": median(
-            [s["aggressive_to_random_final"] for s in seeds]
+        "asha_random_fraction_to_random_final": median(
+            [s["asha_random_to_random_final"] for s in seeds]
         ),
         "best_optuna": best_optuna,
         "makespan_1": median(ms1),
@@ -274,7 +291,7 @@ def rows_for(s: dict, fmt: str) -> list[Row]:
             frac(s["asha_fraction_to_random_final"])
             + f" ({s['asha_fraction_reached']}/{s['seeds']} seeds within B/4)"
             + mark(v["quarter"])
-            + f"; aggressive {frac(s['aggressive_fraction_to_random_final'])}",
+            + f"; sampler random {frac(s['asha_random_fraction_to_random_final'])}",
             f"<= {TARGET_FRACTION} B",
         )
     )
@@ -285,7 +302,7 @@ def rows_for(s: dict, fmt: str) -> list[Row]:
                 f"{o} at B: ASHA vs best Optuna pruner",
                 f"{num(med['asha'][-1])} vs {num(med[b][-1])} ({LABELS[b]})"
                 + mark(v["optuna"])
-                + f"; aggressive {num(med['asha_aggressive'][-1])}",
+                + f"; sampler random {num(med['asha_random'][-1])}",
                 "ASHA <= Optuna",
             )
         )
@@ -321,9 +338,11 @@ def run(
         raise ValueError(f"no objective matches {objectives}")
     summaries, per_seed, rows = [], {}, []
     ok = True
+    # Seeds run in parallel processes (each simulation is single-threaded and deterministic).
+    pool = ProcessPoolExecutor(max_workers=os.cpu_count() or 1)
     for setup in chosen:
         t0 = time.monotonic()
-        results = [one_seed(setup, seed, optuna) for seed in range(seeds)]
+        results = list(pool.map(one_seed, [(setup.name, seed, optuna) for seed in range(seeds)]))
         optimum = setup.make(0).optimum
         s = summarise(setup, results, optimum)
         summaries.append(s)
@@ -343,6 +362,7 @@ def run(
             + f"; speedup 1 -> 8 slots {s['speedup']:.2f}x",
             flush=True,
         )
+    pool.shutdown()
     summary = (
         f"Best validation metric (minimised) versus training budget, median over {seeds} seeds, "
         f"{WORKERS} workers, simulated in virtual time by `bench/_searchsim.py` (cost = batches "
@@ -350,11 +370,13 @@ def run(
         "asynchronously). Objectives: mf-prior-bench's multi-fidelity Hartmann 3/6 in its "
         "noise presets (max_length 100 = z_max) and the digits MLP (validation loss, "
         "max_length 150). detlab `random` and `adaptive_asha` (divisor "
-        f"{DIVISOR}, max_rungs {MAX_RUNGS}; mode standard, the default, which the targets judge, "
-        "and mode aggressive for reference) against Optuna "
+        f"{DIVISOR}, max_rungs {MAX_RUNGS}, mode standard; with its default model-based "
+        "proposals, `sampler: tpe`, which the targets judge, and with `sampler: random`, "
+        "Determined's uniform proposals, for reference) against Optuna "
         + (
-            "SuccessiveHalvingPruner / HyperbandPruner (RandomSampler, reduction factor "
-            f"{DIVISOR}, reports at ASHA's rungs)"
+            "SuccessiveHalvingPruner / HyperbandPruner (reduction factor "
+            f"{DIVISOR}, reports at ASHA's rungs), each with RandomSampler and with Optuna's "
+            "default TPESampler; the best of the four is the one compared"
             if optuna
             else "(skipped: not importable)"
         )

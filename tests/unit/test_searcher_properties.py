@@ -60,7 +60,7 @@ def make_config(kind: str, p: dict[str, Any]) -> dict:
             divisor=p["divisor"],
             max_rungs=p["max_rungs"],
             mode=p["mode"],
-            sampler=p["sampler"],
+            sampler=p.get("sampler", "tpe"),
         )
         if p["bracket_rungs"]:
             s["bracket_rungs"] = p["bracket_rungs"]
