@@ -154,29 +154,19 @@ def one_seed(args: tuple[str, int, bool]) -> dict[str, Any]:
     if optuna:
         import optuna as op
 
+        pruners = {
+            "optuna_sh": lambda: op.pruners.SuccessiveHalvingPruner(
+                min_resource=rungs[0], reduction_factor=DIVISOR, min_early_stopping_rate=0
+            ),
+            "optuna_hb": lambda: op.pruners.HyperbandPruner(
+                min_resource=rungs[0], max_resource=obj.max_length, reduction_factor=DIVISOR
+            ),
+        }
         for suffix, sampler in (("", "random"), ("_tpe", "tpe")):
-            runs["optuna_sh" + suffix] = run_optuna(
-                op.pruners.SuccessiveHalvingPruner(
-                    min_resource=rungs[0], reduction_factor=DIVISOR, min_early_stopping_rate=0
-                ),
-                obj,
-                WORKERS,
-                budget,
-                rungs,
-                seed,
-                sampler=sampler,
-            )
-            runs["optuna_hb" + suffix] = run_optuna(
-                op.pruners.HyperbandPruner(
-                    min_resource=rungs[0], max_resource=obj.max_length, reduction_factor=DIVISOR
-                ),
-                obj,
-                WORKERS,
-                budget,
-                rungs,
-                seed,
-                sampler=sampler,
-            )
+            for method, pruner in pruners.items():
+                runs[method + suffix] = run_optuna(
+                    pruner(), obj, WORKERS, budget, rungs, seed, sampler=sampler
+                )
     random_final = runs["random"].best_at(budget)
     return {
         "seed": seed,
