@@ -7,8 +7,8 @@ loss after up to 150 batches, resumable). Methods, all on the same objective, th
 
 - detlab `random` (max_trials = B / max_length),
 - detlab `adaptive_asha` (divisor 3, max_rungs 4, mode `standard`, enough max_trials to spend
-  B) with its default model-based proposals (`sampler: tpe`) and, for reference, with uniformly
-  random proposals (`sampler: random`, Determined's behaviour),
+  B) with model-based proposals (`sampler: tpe`) and, for reference, with uniformly
+  random proposals (the default `sampler: random`, Determined's behaviour),
 - Optuna's `SuccessiveHalvingPruner` and `HyperbandPruner` (reduction factor 3, min_resource =
   ASHA's lowest rung; trials report at ASHA's rung lengths and stop when pruned), each with
   RandomSampler and with Optuna's default TPESampler; "the best Optuna pruner" is the best of
@@ -360,8 +360,8 @@ def run(
         "asynchronously). Objectives: mf-prior-bench's multi-fidelity Hartmann 3/6 in its "
         "noise presets (max_length 100 = z_max) and the digits MLP (validation loss, "
         "max_length 150). detlab `random` and `adaptive_asha` (divisor "
-        f"{DIVISOR}, max_rungs {MAX_RUNGS}, mode standard; with its default model-based "
-        "proposals, `sampler: tpe`, which the targets judge, and with `sampler: random`, "
+        f"{DIVISOR}, max_rungs {MAX_RUNGS}, mode standard; with model-based proposals, "
+        "`sampler: tpe`, which the targets judge, and with the default `sampler: random`, "
         "Determined's uniform proposals, for reference) against Optuna "
         + (
             "SuccessiveHalvingPruner / HyperbandPruner (reduction factor "

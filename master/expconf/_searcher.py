@@ -68,7 +68,7 @@ def parse_searcher(raw: Any) -> dict[str, Any]:
         "mode": get_str(fields, "mode", path, "standard", choices=MODES),
         "divisor": get_number(fields, "divisor", path, 4.0, above=1.0),
         "max_rungs": get_int(fields, "max_rungs", path, 5, minimum=1),
-        "sampler": get_str(fields, "sampler", path, "tpe", choices=SAMPLERS),
+        "sampler": get_str(fields, "sampler", path, "random", choices=SAMPLERS),
         "bracket_rungs": _bracket_rungs(fields),
         "stop_once": get_bool(fields, "stop_once", path, False),
         "time_metric": get_str(fields, "time_metric", path, None),

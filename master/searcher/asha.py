@@ -28,9 +28,11 @@ INVALID_HP trial is forgotten (its results leave the rungs) and replaced; an ERR
 master-closed trial that was training counts as the worst result of the rung it was training for.
 Ties rank by arrival (earlier first).
 
-Proposals (`sampler`): `tpe` (the default) draws two of three new trials from a TPE model fitted
-on the longest rung that holds enough results (BOHB-style, see `master.searcher.model`), the rest
-uniformly at random; `random` samples every trial uniformly, as Determined does. The rules above
+Proposals (`sampler`): `random` (the default) samples every trial uniformly, as Determined does;
+`tpe` draws two of three new trials from a TPE model fitted on the longest rung that holds
+enough results (BOHB-style, see `master.searcher.model`), the rest uniformly at random. With
+`tpe` a trial's hyperparameters depend on the results that arrived before it was created, so
+the same seed reproduces a search only when results arrive in the same order. The rules above
 (layout, promotions, stopping) are the same for both.
 """
 
@@ -222,7 +224,7 @@ class AdaptiveASHASearch(SearchMethod):
         self.stopping = is_stopping(config)
         self.max_trials = int(s["max_trials"])
         self.brackets = asha_layout(config)
-        self.model_based = s.get("sampler", "tpe") == "tpe"
+        self.model_based = s.get("sampler") == "tpe"
         self.limit = concurrency_limit(config, self.max_trials)
         self.expected_total = sum(
             bracket_total_length(

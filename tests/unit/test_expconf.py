@@ -159,7 +159,7 @@ def test_defaults_filled() -> None:
         "mode": "standard",
         "divisor": 4.0,
         "max_rungs": 5,
-        "sampler": "tpe",
+        "sampler": "random",
         "bracket_rungs": None,
         "stop_once": False,
         "time_metric": None,

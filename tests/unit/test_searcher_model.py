@@ -201,8 +201,8 @@ def drive(
     return created
 
 
-def test_tpe_is_the_default_and_validated() -> None:
-    assert asha_config()["searcher"]["sampler"] == "tpe"
+def test_random_is_the_default_and_sampler_is_validated() -> None:
+    assert asha_config()["searcher"]["sampler"] == "random"
     with pytest.raises(ConfigError, match="searcher.sampler: expected one of tpe, random"):
         asha_config("bayes")
 
@@ -227,8 +227,8 @@ def test_asha_random_sampler_keeps_no_model_inputs() -> None:
 
 
 def test_asha_tpe_snapshot_restore_continues_exactly() -> None:
-    plain = drive(make_searcher(asha_config(), 7), results=80)
-    restored = drive(make_searcher(asha_config(), 7), results=80, every=7)
+    plain = drive(make_searcher(asha_config("tpe"), 7), results=80)
+    restored = drive(make_searcher(asha_config("tpe"), 7), results=80, every=7)
     assert [(c.request_id, c.hparams, c.seed) for c in plain] == [
         (c.request_id, c.hparams, c.seed) for c in restored
     ]
@@ -239,8 +239,8 @@ def test_asha_tpe_restores_a_snapshot_without_hparams() -> None:
         del snap["state"]["hparams"]  # written before model-based proposals existed
         return snap
 
-    plain = drive(make_searcher(asha_config(), 7), results=80)
-    old = drive(make_searcher(asha_config(), 7), results=80, every=10, swap=old_snapshot)
+    plain = drive(make_searcher(asha_config("tpe"), 7), results=80)
+    old = drive(make_searcher(asha_config("tpe"), 7), results=80, every=10, swap=old_snapshot)
     # The same first trials, then the search goes on (learning from new trials only).
     assert [c.request_id for c in old[:10]] == [c.request_id for c in plain[:10]]
     assert len(old) >= 50 and len(plain) >= 50
