@@ -143,11 +143,10 @@ def test_non_finite_results_are_ignored() -> None:
 # -- adaptive ASHA with sampler tpe / random -----------------------------------------------------
 
 
-def asha_config(sampler: str | None = None, smaller: bool = True) -> dict:
+def asha_config(sampler: str | None = None) -> dict:
     searcher: dict[str, Any] = {
         "name": "adaptive_asha",
         "metric": "loss",
-        "smaller_is_better": smaller,
         "max_length": {"batches": 27},
         "max_trials": 60,
         "max_concurrent_trials": 4,
