@@ -92,6 +92,18 @@ class AgentClient:
             deadline,
         )
 
+    def log_tail(self, allocation_id: str, limit: int = 2000) -> list[dict[str, Any]]:
+        """GET the newest trial-output lines this agent shipped for an allocation (oldest
+        first): {stream, timestamp, line} each. Retried for up to 30 s."""
+        path = f"{self._base}/allocations/{quote(allocation_id, safe='')}/logs"
+        reply = self._retry(
+            "read log tail",
+            lambda: self.session.get(path, params={"limit": limit}),
+            time.monotonic() + 30.0,
+        )
+        logs = reply.get("logs") if isinstance(reply, dict) else None
+        return logs if isinstance(logs, list) else []
+
     def download_model_def(self, url: str, *, deadline: float | None = None) -> bytes:
         """GET the experiment's model definition (.tar.gz bytes) from `model_def_url`."""
         path = api_path(url)

@@ -22,6 +22,9 @@
   poll (so the master sees them RUNNING; it kills those it no longer wants), and resumes their
   log streams exactly after the last line the master received: the position (engine timestamp,
   frames at that timestamp) of the last *delivered* line is kept in `<work-dir>/docker/<id>.json`.
+  An agent killed after the master stored a batch but before it saved that position would send
+  the batch again, so a re-attached stream first asks the master for the allocation's newest
+  lines and drops the re-read lines it already has (`ResentLines`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -216,6 +219,46 @@ class _DeliveryTap:
         return getattr(self._inner, name)
 
 
+def iso_us(iso: str) -> int:
+    """Microseconds since the epoch of an ISO 8601 timestamp (the master keeps microseconds)."""
+    dt = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return (dt - _EPOCH) // _MICROSECOND
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class ResentLines:
+    """After a re-attach: drops the re-read lines that the master stored already.
+
+    The saved delivery position can lag the master by the lines whose delivery the agent had not
+    recorded yet when it died (at most the batch in flight). The master's newest lines of the
+    allocation, from the delivered position's microsecond on, are matched in order against the
+    re-read lines: a re-read line found among them (after the previous match) is dropped; the
+    first one not found ends the overlap, and every line from there on is new.
+    """
+
+    def __init__(self, stored: list[tuple[str, int, str]], after_us: int) -> None:
+        self._stored = [entry for entry in stored if entry[1] >= after_us]
+        self._next = 0
+        self.done = not self._stored
+
+    def drop(self, stream: str, us: int, line: str) -> bool:
+        if self.done:
+            return False
+        key = (stream, us, line)
+        for i in range(self._next, len(self._stored)):
+            if self._stored[i] == key:
+                self._next = i + 1
+                self.done = self._next >= len(self._stored)
+                return True
+        self.done = True
+        return False
+
+
 class _LogState:
     """Per allocation: lines added to the shipper but not yet delivered, the delivered position,
     and the file it is kept in."""
@@ -226,6 +269,7 @@ class _LogState:
         self.delivered = delivered
         self.pending: deque[tuple[str, str, str, LogPos]] = deque()  # stream, iso, line, pos
         self.written: tuple[int, int] | None = None
+        self.resent: ResentLines | None = None  # after a re-attach, until the overlap ends
 
     def save(self) -> None:
         key = (self.delivered.ns, self.delivered.count)
@@ -287,6 +331,7 @@ class DockerRuntime(Runtime):
         self._logs: dict[str, _LogState] = {}
         self._log_lock = threading.Lock()
         self._tap = False
+        self._master: Any = None  # the agent's client, to ask what the master has after a restart
         self._sink_ts = _accepts_timestamp(ctx.log_sink)
         self._attach_shipper(shipper if shipper is not None else _shipper_of(ctx.log_sink))
         self._recover()
@@ -330,6 +375,8 @@ class DockerRuntime(Runtime):
         """Track delivery through the shipper's client, so a restarted agent resumes each log
         exactly after the last line the master has."""
         client = getattr(shipper, "client", None)
+        if client is not None and hasattr(client, "log_tail"):
+            self._master = client
         if client is None or not hasattr(client, "ship_logs"):
             log.debug("no log shipper to watch: log positions are saved as lines are queued")
             return
@@ -342,6 +389,12 @@ class DockerRuntime(Runtime):
     def _emit(self, aid: str, stream: str, iso: str, line: str, pos: LogPos) -> None:
         with self._log_lock:
             st = self._logs.get(aid)
+            if st is not None and st.resent is not None and not st.pending:
+                if st.resent.drop(stream, iso_us(iso), line):
+                    st.delivered = pos  # the master has it: never send it again
+                    self._save(st)
+                    return
+                st.resent = None
             if st is not None:
                 if self._tap:
                     st.pending.append((stream, iso, line, pos))
@@ -425,9 +478,17 @@ class DockerRuntime(Runtime):
         finally:
             res.close()
 
-    def _pump(self, rec: Allocation, handle: _Container, after: LogPos) -> None:
+    def _pump(
+        self, rec: Allocation, handle: _Container, after: LogPos, reattached: bool = False
+    ) -> None:
         """Stream the container's log to the master until it exits, then record the exit."""
         aid = rec.id
+        if reattached:
+            resent = self._resent_lines(aid, after)
+            with self._log_lock:
+                st = self._logs.get(aid)
+                if st is not None:
+                    st.resent = resent
         filt = FrameFilter(after)
         asm = LineAssembler()
         while True:
@@ -854,10 +915,30 @@ class DockerRuntime(Runtime):
                     "container",
                 )
             threading.Thread(
-                target=self._pump, args=(rec, handle, delivered), name=f"logs-{aid}", daemon=True
+                target=self._pump,
+                args=(rec, handle, delivered, True),
+                name=f"logs-{aid}",
+                daemon=True,
             ).start()
         if found:
             self.changed.set()
+
+    def _resent_lines(self, aid: str, delivered: LogPos) -> ResentLines | None:
+        """What the master stored of this allocation's log from the delivered position on."""
+        if self._master is None:
+            return None
+        try:
+            tail = self._master.log_tail(aid)
+            stored = [(e["stream"], iso_us(e["timestamp"]), e["line"]) for e in tail]
+        except Exception as e:
+            log.warning(
+                "cannot read what the master has of %s's log (%s); lines shipped just before "
+                "the restart may appear twice",
+                aid,
+                e,
+            )
+            return None
+        return ResentLines(stored, delivered.ns // 1000)
 
     def _mounted_libs(self) -> set[Path]:
         out: set[Path] = set()

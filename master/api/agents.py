@@ -6,14 +6,14 @@ from flask import Blueprint, jsonify, request
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from master.api._util import json_body
+from master.api._util import int_arg, json_body
 from master.auth import require_agent, require_user
 from master.db import db
 from master.errors import BadRequest
 from master.models import Agent
 from master.services import agents as svc
 from master.services import heartbeats
-from master.services.logs import ingest_agent_logs
+from master.services.logs import TAIL_MAX, agent_log_tail, ingest_agent_logs
 
 bp = Blueprint("agents", __name__)
 
@@ -40,6 +40,15 @@ def logs(agent_id: str):  # type: ignore[no-untyped-def]
     require_agent()
     _check_id(agent_id)
     return jsonify({"accepted": ingest_agent_logs(agent_id, json_body().get("logs"))})
+
+
+@bp.get("/agents/<agent_id>/allocations/<alloc_id>/logs")
+def log_tail(agent_id: str, alloc_id: str):  # type: ignore[no-untyped-def]
+    """The newest lines this agent shipped for the allocation (for re-attaching exactly)."""
+    require_agent()
+    _check_id(agent_id)
+    limit = int_arg("limit", 1000, 1, TAIL_MAX)
+    return jsonify({"logs": agent_log_tail(agent_id, alloc_id, limit)})
 
 
 @bp.get("/agents")

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 
 from master.db import db, iso, utcnow
-from master.errors import BadRequest
+from master.errors import BadRequest, NotFound
 from master.models import Allocation, TaskLog, Trial
 from master.notify import hub, logs_key
 from master.states import is_terminal
@@ -68,6 +68,32 @@ def ingest_agent_logs(agent_id: str, entries: Any) -> int:
         )
     _insert(rows)
     return len(rows)
+
+
+TAIL_MAX = 5_000  # a re-attaching agent re-reads at most one shipper batch (1,000 lines) twice
+
+
+def agent_log_tail(agent_id: str, alloc_id: str, limit: int) -> list[dict]:
+    """The newest `limit` trial-output lines an agent shipped for an allocation, oldest first.
+
+    A re-attaching agent compares them with the container log it re-reads: lines the master
+    stored just before the agent died (their delivery not yet recorded) are not stored twice.
+    """
+    tid = _trial_for_allocation(alloc_id)
+    if tid is None:
+        raise NotFound(f"allocation {alloc_id!r} not found")
+    rows = db.session.execute(
+        select(TaskLog.stream, TaskLog.timestamp, TaskLog.line)
+        .where(
+            TaskLog.trial_id == tid,
+            TaskLog.allocation_id == alloc_id,
+            TaskLog.agent_id == agent_id,
+            TaskLog.stream.in_(("stdout", "stderr")),
+        )
+        .order_by(TaskLog.id.desc())
+        .limit(limit)
+    ).all()
+    return [{"stream": s, "timestamp": iso(ts), "line": line} for s, ts, line in reversed(rows)]
 
 
 def write_master_line(trial_id: int, alloc: Allocation | None, line: str) -> None:

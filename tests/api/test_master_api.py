@@ -303,6 +303,42 @@ def test_logs_keep_order_and_follow_with_after(app: Flask, client: FlaskClient) 
     assert empty["logs"] == [] and empty["done"] is False
 
 
+def test_agent_log_tail_is_the_newest_output_lines_of_its_own(
+    app: Flask, client: FlaskClient
+) -> None:
+    auth = login(client)
+    submit(client, auth)
+    spec = start_one(app, client)
+    aid = spec["allocation_id"]
+    lines = [
+        {
+            "allocation_id": aid,
+            "stream": "stdout" if i % 2 else "stderr",
+            "line": f"line {i}",
+            "timestamp": f"2026-11-21T10:00:00.{i:06d}Z",
+        }
+        for i in range(10)
+    ]
+    assert client.post("/api/v1/agents/a1/logs", json={"logs": lines}, headers=AGENT).json == {
+        "accepted": 10
+    }
+    url = f"/api/v1/agents/a1/allocations/{aid}/logs"
+    tail = client.get(f"{url}?limit=3", headers=AGENT).json["logs"]
+    assert tail == [
+        {"stream": "stdout", "timestamp": "2026-11-21T10:00:00.000007Z", "line": "line 7"},
+        {"stream": "stderr", "timestamp": "2026-11-21T10:00:00.000008Z", "line": "line 8"},
+        {"stream": "stdout", "timestamp": "2026-11-21T10:00:00.000009Z", "line": "line 9"},
+    ]
+    assert len(client.get(url, headers=AGENT).json["logs"]) == 10  # the master's lines left out
+    other = client.get(f"/api/v1/agents/a2/allocations/{aid}/logs", headers=AGENT)
+    assert other.status_code == 200 and other.json["logs"] == []
+    missing = client.get("/api/v1/agents/a1/allocations/nope/logs", headers=AGENT)
+    assert missing.status_code == 404 and "nope" in missing.json["error"]["message"]
+    bad = client.get(f"{url}?limit=0", headers=AGENT)
+    assert bad.status_code == 400 and "limit must be between 1 and 5000" in bad.text
+    assert client.get(url, headers=auth).status_code in (401, 403)  # agents only
+
+
 def test_only_owner_or_admin_may_steer(app: Flask, client: FlaskClient) -> None:
     admin = login(client)
     r = client.post(

@@ -20,8 +20,10 @@ from agent.runtime.docker import (
     FrameFilter,
     LineAssembler,
     LogPos,
+    ResentLines,
     _checked_model_def,
     _DeliveryTap,
+    iso_us,
     parse_ts,
 )
 from agent.runtime.process import ProcessRuntime
@@ -167,6 +169,64 @@ def test_delivery_tap_moves_the_saved_position(tmp_path: Path) -> None:
     rt._emit("alloc-1", "stdout", "t2", "world", LogPos(11, 1))
     assert (st.delivered.ns, st.delivered.count) == (11, 1) and not st.pending
     assert '"ns": 11' in st.path.read_text()
+
+
+def test_resent_lines_drop_the_overlap_then_nothing() -> None:
+    stored = [
+        ("stdout", 5, "tick 1"),  # before the delivered position: not a candidate
+        ("stderr", 6, "[det-agent] restarted"),
+        ("stdout", 7, "tick 2"),
+        ("stdout", 8, "tick 3"),
+    ]
+    r = ResentLines(stored, after_us=6)
+    assert not r.drop("stdout", 5, "tick 1")  # not stored at or after the position: new
+    r = ResentLines(stored, after_us=6)
+    assert r.drop("stdout", 7, "tick 2") and r.drop("stdout", 8, "tick 3") and r.done
+    assert not r.drop("stdout", 9, "tick 4")
+    r = ResentLines(stored, after_us=6)
+    assert not r.drop("stdout", 7, "tick 2 changed") and r.done  # the overlap ended
+    assert not r.drop("stdout", 8, "tick 3")
+    assert ResentLines([], after_us=0).done
+    assert iso_us("1970-01-01T00:00:01.000002Z") == 1_000_002
+    assert iso_us("2026-11-21T14:09:44.264394+00:00") == iso_us("2026-11-21T14:09:44.264394Z")
+
+
+def test_a_reattached_log_skips_lines_the_master_already_has(tmp_path: Path) -> None:
+    shipped: list[str] = []
+    t = [f"2026-11-21T10:00:00.{i:06d}Z" for i in range(6)]
+
+    class Client:
+        def ship_logs(self, lines: list[dict]) -> None:
+            shipped.extend(x["line"] for x in lines)
+
+        def log_tail(self, aid: str) -> list[dict]:
+            # Delivered (and stored) before the agent died, but its delivery never recorded.
+            return [
+                {"stream": "stdout", "timestamp": t[1], "line": "tick 1"},
+                {"stream": "stdout", "timestamp": t[2], "line": "tick 2"},
+                {"stream": "stdout", "timestamp": t[3], "line": "tick 3"},
+            ]
+
+    class Shipper:
+        client = Client()
+
+        def add(self, aid: str, stream: str, line: str, timestamp: str | None = None) -> None:
+            self.client.ship_logs(
+                [{"allocation_id": aid, "stream": stream, "line": line, "timestamp": timestamp}]
+            )
+
+    shipper = Shipper()
+    rt = DockerRuntime(ctx(tmp_path, sink=shipper.add), client=FakeClient())
+    from agent.runtime.docker import _LogState
+
+    saved = LogPos(iso_us(t[1]) * 1000, 1)  # the saved position: tick 1
+    st = _LogState(rt._state_path("alloc-1"), "cid", saved)
+    rt._logs["alloc-1"] = st
+    st.resent = rt._resent_lines("alloc-1", saved)
+    for i in (2, 3, 4, 5):  # what the engine hands back after the saved position
+        rt._emit("alloc-1", "stdout", t[i], f"tick {i}", LogPos(iso_us(t[i]) * 1000, 1))
+    assert shipped == ["tick 4", "tick 5"]
+    assert st.resent is None and st.delivered.ns == iso_us(t[5]) * 1000
 
 
 def test_model_def_escaping_its_directory_is_refused(tmp_path: Path) -> None:
