@@ -143,6 +143,18 @@ def test_partial_frames_make_one_line() -> None:
     assert a.rest() == [("stdout", "t4", "tail")]
 
 
+class Shipper:
+    """The LogShipper's surface the runtime uses: `add` ships at once through `client`."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def add(self, aid: str, stream: str, line: str, timestamp: str | None = None) -> None:
+        self.client.ship_logs(
+            [{"allocation_id": aid, "stream": stream, "line": line, "timestamp": timestamp}]
+        )
+
+
 def test_delivery_tap_moves_the_saved_position(tmp_path: Path) -> None:
     shipped: list[list[dict]] = []
 
@@ -150,15 +162,7 @@ def test_delivery_tap_moves_the_saved_position(tmp_path: Path) -> None:
         def ship_logs(self, lines: list[dict]) -> None:
             shipped.append(lines)
 
-    class Shipper:
-        client = Client()
-
-        def add(self, aid: str, stream: str, line: str, timestamp: str | None = None) -> None:
-            self.client.ship_logs(
-                [{"allocation_id": aid, "stream": stream, "line": line, "timestamp": timestamp}]
-            )
-
-    shipper = Shipper()
+    shipper = Shipper(Client())
     rt = DockerRuntime(ctx(tmp_path, sink=shipper.add), client=FakeClient())
     assert isinstance(shipper.client, _DeliveryTap)
     from agent.runtime.docker import _LogState
@@ -207,15 +211,7 @@ def test_a_reattached_log_skips_lines_the_master_already_has(tmp_path: Path) -> 
                 {"stream": "stdout", "timestamp": t[3], "line": "tick 3"},
             ]
 
-    class Shipper:
-        client = Client()
-
-        def add(self, aid: str, stream: str, line: str, timestamp: str | None = None) -> None:
-            self.client.ship_logs(
-                [{"allocation_id": aid, "stream": stream, "line": line, "timestamp": timestamp}]
-            )
-
-    shipper = Shipper()
+    shipper = Shipper(Client())
     rt = DockerRuntime(ctx(tmp_path, sink=shipper.add), client=FakeClient())
     from agent.runtime.docker import _LogState
 
