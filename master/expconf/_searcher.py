@@ -21,7 +21,7 @@ from master.expconf._lengths import parse_length
 
 SEARCHERS = ("single", "grid", "random", "adaptive_asha")
 MODES = ("aggressive", "standard", "conservative")
-SAMPLERS = ("tpe", "random")  # how adaptive_asha proposes new trials
+SAMPLERS = ("random", "tpe", "gp")  # how adaptive_asha proposes new trials
 _KEYS = (
     "name",
     "metric",

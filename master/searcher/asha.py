@@ -54,7 +54,7 @@ from master.searcher.base import (
     Stop,
     ValidateAfter,
 )
-from master.searcher.model import RANDOM_FRACTION, Observation, propose
+from master.searcher.model import MODELS, RANDOM_FRACTION, Observation, propose
 
 # Names under which the time metric may be missing from a report and mean the steps reported.
 _STEP_METRICS = ("batches", "steps_completed")
@@ -224,7 +224,8 @@ class AdaptiveASHASearch(SearchMethod):
         self.stopping = is_stopping(config)
         self.max_trials = int(s["max_trials"])
         self.brackets = asha_layout(config)
-        self.model_based = s.get("sampler") == "tpe"
+        sampler = s.get("sampler") or "random"
+        self.model: str | None = sampler if sampler in MODELS else None
         self.limit = concurrency_limit(config, self.max_trials)
         self.expected_total = sum(
             bracket_total_length(
@@ -235,7 +236,7 @@ class AdaptiveASHASearch(SearchMethod):
         )
         # state
         self.trials: dict[str, _Trial] = {}  # creation order
-        self.hparams: dict[str, dict[str, Any]] = {}  # the model's inputs (sampler tpe only)
+        self.hparams: dict[str, dict[str, Any]] = {}  # the model's inputs (sampler tpe/gp)
         self.rungs: list[list[list[_Entry]]] = [[[] for _ in b.lengths] for b in self.brackets]
         self.created = [0 for _ in self.brackets]  # per bracket, INVALID_HP ones not counted
         self.seq = 0
@@ -473,14 +474,21 @@ class AdaptiveASHASearch(SearchMethod):
         return ops
 
     def _new_trial(self) -> Create:
-        """A Create whose hyperparameters come from the model (sampler tpe) or at random."""
-        if not self.model_based:
+        """A Create whose hyperparameters come from the model (sampler tpe/gp) or at random."""
+        if self.model is None:
             return self._create()
         hparams = None
         if self.rng.random() >= RANDOM_FRACTION:
             seed = self.rng.randrange(2**31)
             space = self.config.get("hyperparameters") or {}
-            hparams = propose(space, self._observations(), seed, self.smaller_is_better)
+            hparams = propose(
+                space,
+                self._observations(),
+                seed,
+                self.smaller_is_better,
+                self.model,
+                pending=self._pending() if self.model == "gp" else (),
+            )
         create = self._create(hparams)
         self.hparams[create.request_id] = create.hparams
         return create
@@ -496,6 +504,14 @@ class AdaptiveASHASearch(SearchMethod):
                         out.append((e.seq, Observation(hparams, bracket.lengths[k], e.metric)))
         out.sort(key=lambda pair: pair[0])
         return [obs for _seq, obs in out]
+
+    def _pending(self) -> list[dict[str, Any]]:
+        """Hyperparameters of the trials training now (their next result is not in yet)."""
+        return [
+            self.hparams[rid]
+            for rid, trial in self.trials.items()
+            if trial.state == "running" and rid in self.hparams
+        ]
 
     def _close_settled(self) -> list[Operation]:
         """Close idle trials of rungs that can receive no more results and cannot promote them.

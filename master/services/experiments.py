@@ -13,6 +13,7 @@ from master.errors import BadRequest, NotFound, TooLarge
 from master.expconf import ConfigError, load_yaml, validate_experiment_config
 from master.models import Allocation, Experiment, Trial
 from master.notify import hub, preempt_key, trial_key
+from master.searcher.model import unavailable as model_unavailable
 from master.services import STATE_LOCK
 from master.services.searcher import apply_operations, live_allocation, load_searcher
 from master.states import (
@@ -42,6 +43,9 @@ def parse_config(config_text: str) -> dict:
             "resources.resource_pool",
             f"unknown resource pool {pool!r}; this cluster has {', '.join(cfg.pool_names())}",
         )
+    sampler = config["searcher"].get("sampler")
+    if config["searcher"]["name"] == "adaptive_asha" and (why := model_unavailable(sampler)):
+        raise ConfigError("searcher.sampler", why)
     return config
 
 

@@ -7,8 +7,10 @@ routes with the allocation's session token.
 from __future__ import annotations
 
 import os
+import sys
 from datetime import timedelta
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -63,6 +65,23 @@ def test_bad_configs_name_the_bad_field(client: FlaskClient) -> None:
     assert r["status"] == 400 and r["error"]["code"] == "validation"
     r = submit(client, auth, "")
     assert r["status"] == 400
+
+
+def test_a_sampler_this_master_cannot_run_is_refused_up_front(client: FlaskClient) -> None:
+    """sampler gp on a master without PyTorch: a 400 naming the field, not a failed search."""
+    config = (
+        "name: gp-test\nentrypoint: python3 train.py\n"
+        "hyperparameters: {lr: {type: double, minval: 0, maxval: 1}}\n"
+        "searcher: {name: adaptive_asha, metric: loss, max_length: {batches: 100}, "
+        "max_trials: 4, sampler: gp}\n"
+    )
+    auth = login(client)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+        r = submit(client, auth, config)
+    assert r["status"] == 400 and r["error"]["path"] == "searcher.sampler"
+    assert "sampler gp needs PyTorch" in r["error"]["message"]
+    assert submit(client, auth, config)["status"] == 201
 
 
 def test_model_def_over_the_limit_is_refused(app: Flask, client: FlaskClient) -> None:

@@ -1,10 +1,11 @@
-"""Model-based proposals (TPE on rung results) and adaptive ASHA's `sampler` option."""
+"""Model-based proposals (TPE or GP on rung results) and adaptive ASHA's `sampler` option."""
 
 from __future__ import annotations
 
 import json
 import random
 import statistics
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,17 @@ import pytest
 from master.expconf import ConfigError, validate_experiment_config
 from master.searcher import AdaptiveASHASearch, Create, ValidateAfter, make_searcher
 from master.searcher.hparams import sample
-from master.searcher.model import Observation, _decode, _encode, _flat_space, min_points, propose
+from master.searcher.model import (
+    MODELS,
+    Observation,
+    _best_and_latest,
+    _decode,
+    _encode,
+    _flat_space,
+    min_points,
+    propose,
+    unavailable,
+)
 
 SPACE: dict[str, Any] = {
     "lr": {"type": "log", "minval": -4.0, "maxval": -1.0, "base": 10.0},
@@ -94,12 +105,14 @@ def test_no_proposal_until_a_rung_has_enough_results() -> None:
     assert propose({"c": {"type": "const", "val": 1}}, obs * 3, seed=1) is None
 
 
-def test_proposals_are_valid_and_deterministic_per_seed() -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_proposals_are_valid_and_deterministic_per_seed(model: str) -> None:
     obs = observations(quadratic, 30)
-    first = [propose(SPACE, obs, seed=s) for s in range(5)]
-    again = [propose(SPACE, obs, seed=s) for s in range(5)]
+    first = [propose(SPACE, obs, seed=s, model=model) for s in range(5)]
+    again = [propose(SPACE, obs, seed=s, model=model) for s in range(5)]
     assert first == again
-    assert len({json.dumps(p, sort_keys=True) for p in first}) == 5
+    if model == "tpe":  # TPE samples; the GP maximises, so only pending trials spread it
+        assert len({json.dumps(p, sort_keys=True) for p in first}) == 5
     for hp in first:
         assert hp is not None
         assert 8 <= hp["width"] <= 128 and isinstance(hp["width"], int)
@@ -110,28 +123,70 @@ def test_proposals_are_valid_and_deterministic_per_seed() -> None:
         assert hp["epochs"] == 3
 
 
-def test_proposals_concentrate_where_results_were_good() -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_proposals_concentrate_where_results_were_good(model: str) -> None:
     obs = observations(quadratic, 60)
-    proposed = [propose(SPACE, obs, seed=s) for s in range(40)]
+    proposed = [
+        propose(SPACE, obs, seed=s, model=model) for s in range(40 if model == "tpe" else 8)
+    ]
     model = statistics.median(quadratic(hp) for hp in proposed if hp is not None)
     uniform = statistics.median(quadratic(sample(SPACE, random.Random(s))) for s in range(40))
     assert model < uniform / 3
 
 
-def test_larger_is_better_flips_the_model() -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_larger_is_better_flips_the_model(model: str) -> None:
     obs = [Observation(o.hparams, o.length, -o.metric) for o in observations(quadratic, 60)]
-    proposed = [propose(SPACE, obs, seed=s, smaller_is_better=False) for s in range(40)]
+    proposed = [
+        propose(SPACE, obs, seed=s, smaller_is_better=False, model=model)
+        for s in range(40 if model == "tpe" else 8)
+    ]
     assert statistics.median(quadratic(hp) for hp in proposed if hp is not None) < 0.03
 
 
-def test_the_longest_rung_with_enough_results_is_modelled() -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_the_longest_rung_with_enough_results_is_modelled(model: str) -> None:
     # Short rung: good at dropout 0; long rung (enough results): good at dropout 0.4.
     short = [
         Observation(o.hparams, 1, o.hparams["dropout"]) for o in observations(quadratic, 60, 1)
     ]
     long = observations(quadratic, 20, 2, length=9)
-    proposed = [propose(SPACE, short + long, seed=s) for s in range(30)]
+    proposed = [
+        propose(SPACE, short + long, seed=s, model=model)
+        for s in range(30 if model == "tpe" else 6)
+    ]
     assert statistics.median(hp["dropout"] for hp in proposed if hp is not None) > 0.25
+
+
+def test_gp_spreads_proposals_over_pending_trials() -> None:
+    obs = observations(quadratic, 30)
+    pending: list[dict[str, Any]] = []
+    for s in range(5):
+        hp = propose(SPACE, obs, seed=s, model="gp", pending=pending)
+        assert hp is not None
+        pending.append(hp)
+    assert len({json.dumps(p, sort_keys=True) for p in pending}) == 5  # no duplicates
+    assert statistics.median(quadratic(hp) for hp in pending) < 0.02  # still near the optimum
+
+
+def test_gp_feeds_at_most_the_best_and_the_latest_results() -> None:
+    rung = [Observation({"i": i}, 10, float((i * 37) % 101)) for i in range(300)]
+    kept = _best_and_latest(rung, 128, smaller_is_better=True)
+    assert len(kept) == 128
+    assert [o.hparams["i"] for o in kept] == sorted(o.hparams["i"] for o in kept)  # arrival order
+    best = sorted(rung, key=lambda o: o.metric)[:64]
+    assert all(o in kept for o in best)
+    assert all(o in kept for o in rung[-64:])
+    worst = _best_and_latest(rung, 128, smaller_is_better=False)
+    assert all(o in worst for o in sorted(rung, key=lambda o: -o.metric)[:64])
+
+
+def test_gp_needs_torch_and_scipy_on_the_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert unavailable("gp") is None and unavailable("tpe") is None  # both installed here
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now raises ImportError
+    why = unavailable("gp")
+    assert why is not None and "sampler gp needs PyTorch and SciPy" in why
+    assert unavailable("tpe") is None
 
 
 def test_non_finite_results_are_ignored() -> None:
@@ -202,11 +257,12 @@ def drive(
 
 def test_random_is_the_default_and_sampler_is_validated() -> None:
     assert asha_config()["searcher"]["sampler"] == "random"
-    with pytest.raises(ConfigError, match="searcher.sampler: expected one of tpe, random"):
+    with pytest.raises(ConfigError, match="searcher.sampler: expected one of random, tpe, gp"):
         asha_config("bayes")
 
 
-def test_asha_tpe_proposes_better_trials_than_random() -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_asha_model_proposes_better_trials_than_random(model: str) -> None:
     def quality(sampler: str) -> float:
         """Median objective of the trials created once rung 0 has results, over 3 seeds."""
         values = []
@@ -215,7 +271,7 @@ def test_asha_tpe_proposes_better_trials_than_random() -> None:
             values += [quadratic(c.hparams) for c in created[10:40]]
         return statistics.median(values)
 
-    assert quality("tpe") < 0.6 * quality("random")
+    assert quality(model) < 0.6 * quality("random")
 
 
 def test_asha_random_sampler_keeps_no_model_inputs() -> None:
@@ -225,9 +281,11 @@ def test_asha_random_sampler_keeps_no_model_inputs() -> None:
     assert s.snapshot()["state"]["hparams"] == {}
 
 
-def test_asha_tpe_snapshot_restore_continues_exactly() -> None:
-    plain = drive(make_searcher(asha_config("tpe"), 7), results=80)
-    restored = drive(make_searcher(asha_config("tpe"), 7), results=80, every=7)
+@pytest.mark.parametrize("model", MODELS)
+def test_asha_model_snapshot_restore_continues_exactly(model: str) -> None:
+    results = 80 if model == "tpe" else 40
+    plain = drive(make_searcher(asha_config(model), 7), results=results)
+    restored = drive(make_searcher(asha_config(model), 7), results=results, every=7)
     assert [(c.request_id, c.hparams, c.seed) for c in plain] == [
         (c.request_id, c.hparams, c.seed) for c in restored
     ]

@@ -463,3 +463,24 @@ def test_property_asha_rung_counts_without_failures(p: dict, seed: int, ev: int)
         assert reached[0] == bracket.trials
         for k in range(1, len(reached)):
             assert reached[k] == promote_quota(reached[k - 1], sim.divisor)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    p=params,
+    seed=st.integers(0, 2**32),
+    ev=st.integers(0, 2**32),
+    f=faults,
+    restore_at=st.lists(st.integers(1, 60), max_size=3),
+)
+def test_property_gp_sampler_invariants_and_restore(
+    p: dict, seed: int, ev: int, f: tuple, restore_at: list[int]
+) -> None:
+    """The GP sampler keeps every ASHA invariant and restores exactly (fewer examples: fits
+    cost ~0.1 s each, and the sampler only changes which hyperparameters new trials get)."""
+    p = {**p, "sampler": "gp", "max_trials": min(p["max_trials"], 16)}
+    straight = simulate("asha", p, seed, ev, f)
+    assert straight.trace.count(Shutdown(False)) + straight.trace.count(Shutdown(True)) == 1
+    resumed = simulate("asha", p, seed, ev, f, restore_at)
+    assert resumed.trace == straight.trace
+    assert resumed.searcher.snapshot() == straight.searcher.snapshot()
