@@ -115,17 +115,20 @@ async def test_priority_keys_change_the_masters_queue(cluster: Cluster, tmp_path
         await wait_until(pilot, lambda: str(third) in {r.key for r in table.rows}, 30)
         table.move_to_key(str(third))
         before = next(j for j in jobs() if j["job_id"] == str(third))["priority"]
+        # Waits yield to the app's event loop (a blocking wait would stall its workers).
         await pilot.press("plus")
-        wait_for(
+        await wait_until(
+            pilot,
             lambda: next(j for j in jobs() if j["job_id"] == str(third))["priority"] == before - 1,
             30,
-            what="priority raised on the master",
+            "priority raised on the master",
         )
         await pilot.press("minus")
-        wait_for(
+        await wait_until(
+            pilot,
             lambda: next(j for j in jobs() if j["job_id"] == str(third))["priority"] == before,
             30,
-            what="priority lowered on the master",
+            "priority lowered on the master",
         )
         order = [j["job_id"] for j in jobs()]
         if order.index(str(third)) > order.index(str(second)):
@@ -134,13 +137,14 @@ async def test_priority_keys_change_the_masters_queue(cluster: Cluster, tmp_path
             await wait_until(pilot, lambda: [r.key for r in table.rows] == order, 30, "order")
             await wait_until(pilot, lambda: table.current.key == str(third))
             await pilot.press("K")
-            wait_for(
+            await wait_until(
+                pilot,
                 lambda: (
                     [j["job_id"] for j in jobs()].index(str(third))
                     < [j["job_id"] for j in jobs()].index(str(second))
                 ),
                 30,
-                what="job moved ahead on the master",
+                "job moved ahead on the master",
             )
     for e in (first, second, third):
         cluster.post(f"/experiments/{e}/kill")

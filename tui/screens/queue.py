@@ -202,6 +202,9 @@ class QueueScreen(ViewScreen):
         def run() -> str:
             for job, changes in changes_for:
                 self.dapp.api.update_job(job["job_id"], **changes)
+                # The row shows the new value at once: a second key press before the next
+                # refresh steps on from it instead of repeating the first change.
+                job.update({k: v for k, v in changes.items() if k in job})
             ids = ", ".join(str(j["job_id"]) for j, _ in changes_for)
             return f"{verb}: job {ids}"
 
