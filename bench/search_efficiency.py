@@ -34,6 +34,7 @@ least 6x).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
@@ -41,6 +42,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench._report import Row, publish
@@ -379,7 +381,19 @@ def run(
             flush=True,
         )
     pool.shutdown()
-    summary = (
+    publish(
+        NAME,
+        summary_text(seeds, optuna),
+        rows,
+        {"summaries": summaries, "per_seed": per_seed},
+        docs,
+    )
+    return ok
+
+
+def summary_text(seeds: int, optuna: bool) -> str:
+    """The paragraph above the docs table."""
+    return (
         f"Best validation metric (minimised) versus training budget, median over {seeds} seeds, "
         f"{WORKERS} workers, budget B = {RANDOM_TRIALS} full-length trainings, simulated in "
         "virtual time by `bench/_searchsim.py` (cost = batches "
@@ -401,5 +415,33 @@ def run(
         f"max_concurrent_trials {WORKERS}) run to its end on 1 vs {WORKERS} slots, in "
         "batch-times."
     )
-    publish(NAME, summary, rows, {"summaries": summaries, "per_seed": per_seed}, docs)
-    return ok
+
+
+def merge(paths: list[str], docs: bool = True) -> bool:
+    """Publish the raw results of several runs (objectives split over runs) as one section."""
+    summaries: list[dict] = []
+    per_seed: dict[str, Any] = {}
+    for path in paths:
+        raw = json.loads(Path(path).read_text())
+        summaries += raw["summaries"]
+        per_seed |= raw["per_seed"]
+    fmt = {s.name: s.digits for s in setups()}
+    rows = [row for s in summaries for row in rows_for(s, fmt.get(s["objective"], ".3f"))]
+    seeds = min(s["seeds"] for s in summaries)
+    optuna = all(s["best_optuna"] for s in summaries)
+    publish(
+        NAME,
+        summary_text(seeds, optuna),
+        rows,
+        {"summaries": summaries, "per_seed": per_seed},
+        docs,
+    )
+    return all(x is not False for s in summaries for x in verdicts(s).values())
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:2] != ["merge"] or len(sys.argv) < 3:
+        sys.exit("usage: python -m bench.search_efficiency merge RESULTS.json [RESULTS.json ...]")
+    sys.exit(0 if merge(sys.argv[2:]) else 1)
