@@ -89,8 +89,12 @@ def publish(name: str, summary: str, rows: list[Row], raw: dict, docs: bool = Tr
     raw_path = RESULTS / f"{name}-{stamp}.json"
     raw_path.write_text(json.dumps(raw, indent=2, default=str))
     print(f"raw results: {raw_path.relative_to(ROOT)}")
-    if not docs:
-        return
+    if docs:
+        write_section(name, summary, rows)
+
+
+def write_section(name: str, summary: str, rows: list[Row]) -> None:
+    """Replace (or append) `name`'s section of docs/benchmarks.md."""
     when = time.strftime("%Y-%m-%d %H:%M %Z")
     section = (
         f"<!-- bench:{name}:start -->\n## {name}\n\n"
@@ -107,4 +111,4 @@ def publish(name: str, summary: str, rows: list[Row], raw: dict, docs: bool = Tr
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     DOCS.parent.mkdir(parents=True, exist_ok=True)
     DOCS.write_text(text)
-    print(f"updated {DOCS.relative_to(ROOT)} ({name})")
+    print(f"updated {DOCS} ({name})")

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._report import Row, publish
+from bench._report import ROOT, Row, publish, write_section
 from bench._searchsim import (
     SearchResult,
     optuna_available,
@@ -58,6 +58,7 @@ from master.expconf import validate_experiment_config
 from master.searcher import SEARCH_METHODS, make_searcher
 
 NAME = "search_efficiency"
+STORE = ROOT / "docs" / "search_efficiency.json"  # latest summary per objective
 FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 CURVE_POINTS = 64  # per-seed curve samples kept in the raw results
 WORKERS = 8
@@ -285,7 +286,8 @@ def rows_for(s: dict, fmt: str) -> list[Row]:
             f"**{o}** budget B",
             f"{s['budget']:,} batches = {s['random_trials']} full trials "
             f"(rungs {', '.join(map(str, s['rungs']))}{opt})",
-            f"median of {s['seeds']} seeds",
+            f"median of {s['seeds']} seeds"
+            + (f", measured {s['measured']}" if s.get("measured") else ""),
         ),
     ]
     for m, values in med.items():
@@ -386,8 +388,10 @@ def run(
         summary_text(seeds, optuna),
         rows,
         {"summaries": summaries, "per_seed": per_seed},
-        docs,
+        docs=False,
     )
+    if docs:
+        record(summaries, time.strftime("%Y-%m-%d"))
     return ok
 
 
@@ -417,31 +421,48 @@ def summary_text(seeds: int, optuna: bool) -> str:
     )
 
 
-def merge(paths: list[str], docs: bool = True) -> bool:
-    """Publish the raw results of several runs (objectives split over runs) as one section."""
+def record(summaries: list[dict], measured: str) -> bool:
+    """Keep each objective's latest summary in STORE and publish every stored one as one section.
+
+    All nine objectives take hours on a small machine, so they are measured over several runs
+    (and sessions); `bench/results/` is not committed, this small file of medians is. True when
+    every target is met on every stored objective.
+    """
+    store: dict[str, dict] = json.loads(STORE.read_text()) if STORE.exists() else {}
+    for s in summaries:
+        store[s["objective"]] = {**s, "measured": s.get("measured", measured)}
+    order = [setup.name for setup in setups()]
+    store = dict(sorted(store.items(), key=lambda kv: order.index(kv[0])))
+    STORE.write_text(json.dumps(store, indent=1) + "\n")
+    fmt = {setup.name: setup.digits for setup in setups()}
+    stored = list(store.values())
+    rows = [row for s in stored for row in rows_for(s, fmt.get(s["objective"], ".3f"))]
+    seeds = min(s["seeds"] for s in stored)
+    optuna = all(s["best_optuna"] for s in stored)
+    missing = [name for name in order if name not in store]
+    text = summary_text(seeds, optuna)
+    if missing:
+        text += (
+            f" Not yet measured at this budget: {', '.join(missing)} "
+            "(`bench/run.py search_efficiency --objectives ...` adds them)."
+        )
+    write_section(NAME, text, rows)
+    return all(x is not False for s in stored for x in verdicts(s).values())
+
+
+def record_files(paths: list[str]) -> bool:
+    """Record the raw results of `--no-docs` runs (bench/results/search_efficiency-*.json)."""
     summaries: list[dict] = []
-    per_seed: dict[str, Any] = {}
     for path in paths:
         raw = json.loads(Path(path).read_text())
-        summaries += raw["summaries"]
-        per_seed |= raw["per_seed"]
-    fmt = {s.name: s.digits for s in setups()}
-    rows = [row for s in summaries for row in rows_for(s, fmt.get(s["objective"], ".3f"))]
-    seeds = min(s["seeds"] for s in summaries)
-    optuna = all(s["best_optuna"] for s in summaries)
-    publish(
-        NAME,
-        summary_text(seeds, optuna),
-        rows,
-        {"summaries": summaries, "per_seed": per_seed},
-        docs,
-    )
-    return all(x is not False for s in summaries for x in verdicts(s).values())
+        when = time.strftime("%Y-%m-%d", time.localtime(Path(path).stat().st_mtime))
+        summaries += [{**s, "measured": s.get("measured", when)} for s in raw["summaries"]]
+    return record(summaries, time.strftime("%Y-%m-%d"))
 
 
 if __name__ == "__main__":
     import sys
 
-    if sys.argv[1:2] != ["merge"] or len(sys.argv) < 3:
-        sys.exit("usage: python -m bench.search_efficiency merge RESULTS.json [RESULTS.json ...]")
-    sys.exit(0 if merge(sys.argv[2:]) else 1)
+    if sys.argv[1:2] != ["record"] or len(sys.argv) < 3:
+        sys.exit("usage: python -m bench.search_efficiency record RESULTS.json [RESULTS.json ...]")
+    sys.exit(0 if record_files(sys.argv[2:]) else 1)

@@ -1,0 +1,63 @@
+"""search_efficiency keeps the latest summary per objective and publishes all of them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import _report, search_efficiency
+from bench.search_efficiency import METHODS, record
+
+
+def summary(objective: str, asha_at_b: float, seeds: int = 10) -> dict:
+    curve = [-1.0, -2.0, -3.0, -3.5]
+    return {
+        "objective": objective,
+        "seeds": seeds,
+        "budget": 20_000,
+        "random_trials": 200,
+        "rungs": [3, 11, 33, 100],
+        "optimum": -3.86278,
+        "median_best_at": {m: [*curve, -3.6] for m in METHODS} | {"asha": [*curve, asha_at_b]},
+        "median_trials": {m: 200 for m in METHODS},
+        "asha_fraction_to_random_final": 0.2,
+        "asha_fraction_reached": 8,
+        "asha_random_fraction_to_random_final": 0.4,
+        "asha_tpe_fraction_to_random_final": 0.3,
+        "best_optuna": "optuna_sh",
+        "makespan_1": 8000.0,
+        "makespan_8": 1000.0,
+        "speedup": 8.0,
+        "natural_budget": 20_000.0,
+        "natural_best_1": -3.7,
+        "natural_best_8": -3.7,
+    }
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    store, docs = tmp_path / "store.json", tmp_path / "benchmarks.md"
+    monkeypatch.setattr(search_efficiency, "STORE", store)
+    monkeypatch.setattr(_report, "DOCS", docs)
+    monkeypatch.setattr(_report, "machine", lambda: "test machine")
+    return store, docs
+
+
+def test_runs_add_objectives_and_the_latest_run_of_one_wins(files: tuple[Path, Path]) -> None:
+    store, docs = files
+    assert record([summary("mfh6_terrible", -3.7)], "2026-11-22") is True
+    assert record([summary("mfh3_terrible", -3.7)], "2026-11-23") is True
+    # A later run of mfh6_terrible replaces its entry; its missed target makes the whole False.
+    assert record([summary("mfh6_terrible", -3.0)], "2026-11-24") is False
+
+    stored = json.loads(store.read_text())
+    assert list(stored) == ["mfh3_terrible", "mfh6_terrible"]  # the objectives' own order
+    assert stored["mfh6_terrible"]["measured"] == "2026-11-24"
+    text = docs.read_text()
+    assert text.count("<!-- bench:search_efficiency:start -->") == 1
+    assert "median of 10 seeds, measured 2026-11-23" in text
+    assert "-3.000 vs -3.600 (Optuna SuccessiveHalving + random) (MISSED)" in text
+    assert "Not yet measured at this budget: mfh3_good," in text
+    assert "digits_mlp" in text.split("Not yet measured")[1]
