@@ -85,7 +85,7 @@ class Context:
                 logger.error(
                     "%d metrics reports were rejected by the master", self._shipper.dropped
                 )
-        self.distributed.close()
+        self.distributed.close(wait_for_peers=exc_type is None)
 
     def __exit__(
         self,

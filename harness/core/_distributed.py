@@ -6,8 +6,11 @@ from `DistributedContext.from_torch_distributed()` (torch imported only there).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Protocol
+
+logger = logging.getLogger("harness.core.distributed")
 
 
 class _Backend(Protocol):
@@ -104,20 +107,29 @@ class DistributedContext:
     def broadcast_local(self, obj: Any) -> Any:
         return self.allgather_local(obj)[0]
 
-    def close(self) -> None:
+    def close(self, wait_for_peers: bool = True) -> None:
         """Tear down the process group if this context created it.
 
         A gloo group left to the interpreter's exit can abort the process ("terminate called
         without an active exception") while its C++ threads are destroyed, so the worker that
-        built it destroys it explicitly. A group the script created is the script's to destroy.
+        built it destroys it explicitly. So can a rank that destroys its group while a peer is
+        still using its end (rank 0 storing the last checkpoint, say): ranks first meet at a
+        barrier, bounded by the group's timeout, unless the worker is failing and its peers may
+        be gone (`wait_for_peers=False`). A group the script created is the script's to destroy.
         """
         if not self._owns_process_group:
             return
         self._owns_process_group = False
         import torch.distributed as dist
 
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        if not dist.is_initialized():
+            return
+        if wait_for_peers and self.size > 1:
+            try:
+                dist.barrier()
+            except Exception as e:  # noqa: BLE001 - tearing down anyway
+                logger.warning("peers did not reach the end of training together: %s", e)
+        dist.destroy_process_group()
 
     @classmethod
     def from_torch_distributed(
