@@ -8,7 +8,7 @@ maintained samplers fed the rung's results as finished trials (no hand-written e
 
 * `tpe`: the multivariate TPE sampler (a density model; cheap, a few ms per proposal).
 * `gp`: the Gaussian-process sampler (Bayesian optimisation with expected improvement; it
-  converges much faster on smooth objectives, costs 0.1-0.4 s per proposal and needs PyTorch
+  converges much faster on smooth objectives, costs 0.2-0.8 s per proposal and needs PyTorch
   and SciPy on the master). At most `GP_MAX_POINTS` results feed it (the best half and the
   most recent half), which bounds that cost in long searches.
 
@@ -118,8 +118,9 @@ def propose(
         seen = {tuple(sorted(t.params.items())) for t in trials}
         for hparams in pending:
             params = _encode(flat, hparams)
-            if params is not None and tuple(sorted(params.items())) not in seen:
-                seen.add(tuple(sorted(params.items())))
+            key = tuple(sorted(params.items())) if params is not None else None
+            if key is not None and key not in seen:
+                seen.add(key)
                 trials.append(
                     optuna.trial.create_trial(params=params, distributions=distributions, value=lie)
                 )
