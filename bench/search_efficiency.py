@@ -2,8 +2,9 @@
 
 Objectives (minimised): mf-prior-bench's multi-fidelity Hartmann 3 and 6 in its four noise
 presets (fidelity = length, 100 batches = z_max, known optimum) and the digits MLP (validation
-loss after up to 150 batches, resumable). Methods, all on the same objective, the same
-8 workers and the same budget B = the cost of 200 trials trained in full (25 per worker):
+loss after up to 150 batches, cosine learning-rate decay over the 150, resumable). Methods,
+all on the same objective, the same 8 workers and the same budget B = the cost of 200 trials
+trained in full (25 per worker):
 
 - detlab `random` (max_trials = B / max_length),
 - detlab `adaptive_asha` (divisor 3, max_rungs 4, mode `standard`, max_trials 1000, which
@@ -404,7 +405,8 @@ def summary_text(seeds: int, optuna: bool) -> str:
         "trained, promoted trials resume and pay only the added batches, results fed back "
         "asynchronously). Objectives: mf-prior-bench's multi-fidelity Hartmann 3/6 in its "
         "noise presets (max_length 100 = z_max) and the digits MLP (validation loss, "
-        "max_length 150). detlab `random` and `adaptive_asha` (divisor "
+        "max_length 150, learning rate decayed to 0 over it by a cosine schedule). detlab "
+        "`random` and `adaptive_asha` (divisor "
         f"{DIVISOR}, max_rungs {MAX_RUNGS}, mode standard; with model-based proposals, "
         "`sampler: gp`, which the targets judge, and for reference with `sampler: tpe` and "
         "the default `sampler: random`, Determined's uniform proposals) against Optuna "

@@ -6,6 +6,14 @@ Hyperparameters: `lr` (log, 1e-3 .. 1, SGD with momentum 0.9), `hidden` (int, 8 
 and `dropout` (double, 0 .. 0.6). A trial keeps its model and optimizer in memory, so a promoted
 trial continues training where it stopped (the simulator charges only the added batches).
 
+The learning rate follows a cosine decay from `lr` to 0 over `max_length` batches, as a real
+training run's schedule would (a promoted trial continues on the same schedule). Why: at a
+constant learning rate the loss after the last batch is dominated by where SGD's step noise
+left it. Measured over 20 trial seeds of one configuration (lr 0.1, hidden 100, dropout 0.1,
+150 batches): sd 0.025 at a constant rate, with a correlation of 0.08 between a seed's loss
+after 50 and after 150 batches; with the schedule sd 0.009. A search benchmark on the constant
+-rate objective measures lottery draws of that noise rather than the search.
+
 Training is a pure function of (hyperparameters, trial seed): the batch order and the dropout
 masks come from generators seeded by the trial seed, whatever else runs in between. That lets
 `DigitsMLP` memoise: the metric of a (hparams, seed, length) seen before is not computed again,
@@ -48,7 +56,7 @@ def _data() -> tuple[Any, Any, Any, Any]:
 class _Run:
     """One trial's model, optimizer and data/dropout generators, trained to `self.length`."""
 
-    def __init__(self, hparams: dict[str, Any], seed: int) -> None:
+    def __init__(self, hparams: dict[str, Any], seed: int, total: int) -> None:
         import torch
         from torch import nn
 
@@ -62,13 +70,19 @@ class _Run:
                 layer.weight.uniform_(-bound, bound, generator=gen)
                 layer.bias.uniform_(-bound, bound, generator=gen)
         self.params = [*self.fc1.parameters(), *self.fc2.parameters()]
-        self.opt = torch.optim.SGD(self.params, lr=float(hparams["lr"]), momentum=0.9)
+        self.lr = float(hparams["lr"])
+        self.total = total  # the schedule's length: the objective's max_length
+        self.opt = torch.optim.SGD(self.params, lr=self.lr, momentum=0.9)
         self.dropout = float(hparams["dropout"])
         self.gen = gen
         self.seed = seed
         self.length = 0
         self.order: Any = None
         self.diverged = False
+
+    def scheduled_lr(self, done: int) -> float:
+        """The learning rate of the step after `done` batches: cosine decay to 0 at `total`."""
+        return self.lr * 0.5 * (1.0 + math.cos(math.pi * min(done, self.total) / self.total))
 
     def _forward(self, x: Any, train: bool) -> Any:
         h = self.torch.relu(self.fc1(x))
@@ -91,6 +105,7 @@ class _Run:
             loss = f.cross_entropy(self._forward(x_tr[idx], train=True), y_tr[idx])
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
+            self.opt.param_groups[0]["lr"] = self.scheduled_lr(self.length)
             self.opt.step()
             self.length += 1
             if not math.isfinite(loss.item()):
@@ -151,7 +166,7 @@ class DigitsMLP:
         usable = [r for r in runs if r.length <= length]
         run = max(usable, key=lambda r: r.length) if usable else None
         if run is None:
-            run = _Run(hparams, seed)
+            run = _Run(hparams, seed, self.max_length)
             runs.append(run)
         before = run.length
         run.train_to(length)

@@ -112,3 +112,21 @@ def test_digits_divergence_reports_a_capped_metric() -> None:
     obj = DigitsMLP(max_length=30)
     value = obj.trial({"lr": 1e6, "hidden": 8, "dropout": 0.0}, seed=0).train_to(30)
     assert value == DIVERGED
+
+
+def test_digits_learning_rate_decays_to_zero_over_max_length() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from bench.objectives.digits import DigitsMLP
+
+    obj = DigitsMLP(max_length=40)
+    trial = obj.trial({"lr": 0.2, "hidden": 16, "dropout": 0.0}, seed=1)
+    trial.train_to(10)  # a low rung: the schedule is the full run's, not the rung's
+    (run,) = obj._runs[trial.key]
+    assert run.scheduled_lr(0) == pytest.approx(0.2)
+    assert run.scheduled_lr(20) == pytest.approx(0.1)
+    assert run.scheduled_lr(40) == pytest.approx(0.0, abs=1e-12)
+    assert run.opt.param_groups[0]["lr"] == pytest.approx(run.scheduled_lr(9))
+    trial.train_to(40)
+    assert run.opt.param_groups[0]["lr"] == pytest.approx(run.scheduled_lr(39))
+    assert run.opt.param_groups[0]["lr"] < 0.001
