@@ -11,8 +11,10 @@ training run's schedule would (a promoted trial continues on the same schedule).
 constant learning rate the loss after the last batch is dominated by where SGD's step noise
 left it. Measured over 20 trial seeds of one configuration (lr 0.1, hidden 100, dropout 0.1,
 150 batches): sd 0.025 at a constant rate, with a correlation of 0.08 between a seed's loss
-after 50 and after 150 batches; with the schedule sd 0.009. A search benchmark on the constant
--rate objective measures lottery draws of that noise rather than the search.
+after 50 and after 150 batches; with the schedule sd 0.009. A search benchmark at a constant
+rate measures lottery draws of that noise rather than the search. The schedule is the closed
+form (not torch's recursive CosineAnnealingLR) so a trial's metric stays a pure function of
+(hparams, seed, length), whatever order the memo computes it in.
 
 Training is a pure function of (hyperparameters, trial seed): the batch order and the dropout
 masks come from generators seeded by the trial seed, whatever else runs in between. That lets
