@@ -10,7 +10,14 @@ maintained samplers fed the rung's results as finished trials (no hand-written e
 * `gp`: the Gaussian-process sampler (Bayesian optimisation with expected improvement; it
   converges much faster on smooth objectives, costs 0.2-0.8 s per proposal and needs PyTorch
   and SciPy on the master). At most `GP_MAX_POINTS` results feed it (the best half and the
-  most recent half), which bounds that cost in long searches.
+  most recent half), which bounds that cost in long searches. Its expected improvement is
+  maximised only inside a trust region (TuRBO's idea, Eriksson et al., 2019): the bounding box
+  of the fitted rung's best quarter, widened by a tenth of each range. Why: the longest rung
+  holds only trials that were promoted, so the GP has no data where trials die early, predicts
+  an average-good value with a large variance there, and expected improvement sends many
+  proposals to those regions (traced on the digits benchmark: a third to over half of them at
+  the box's bounds, all stopped at the first rung). The uniform third of the proposals still
+  explores the whole space, and the region grows as soon as good results arrive from outside.
 
 Deterministic on purpose: a proposal is a pure function of the observations (in the order the
 searcher passes them) and a seed the searcher draws from its own rng, so a fixed experiment
@@ -33,6 +40,8 @@ from typing import Any
 RANDOM_FRACTION = 1 / 3  # BOHB's default share of random proposals
 MODELS = ("tpe", "gp")
 GP_MAX_POINTS = 64
+TRUST_TOP = 1 / 4  # the gp's trust region bounds the best quarter of the fitted rung ...
+TRUST_MARGIN = 0.1  # ... widened by this share of each dimension's range on both sides
 
 
 @dataclass(frozen=True)
@@ -99,10 +108,12 @@ def propose(
     import optuna  # imported here: a master that never models a search never pays for it
 
     distributions = {name: _distribution(hp) for name, hp in flat.items()}
+    if model == "gp":
+        distributions = _trust_region(flat, distributions, rung, smaller_is_better, needed)
     trials = []
     for obs in rung:
         params = _encode(flat, obs.hparams)
-        if params is None:
+        if params is None or not _inside(distributions, params):
             continue
         value = obs.metric if smaller_is_better else -obs.metric
         trials.append(
@@ -118,8 +129,10 @@ def propose(
         seen = {tuple(sorted(t.params.items())) for t in trials}
         for hparams in pending:
             params = _encode(flat, hparams)
-            key = tuple(sorted(params.items())) if params is not None else None
-            if key is not None and key not in seen:
+            if params is None or not _inside(distributions, params):
+                continue
+            key = tuple(sorted(params.items()))
+            if key not in seen:
                 seen.add(key)
                 trials.append(
                     optuna.trial.create_trial(params=params, distributions=distributions, value=lie)
@@ -138,6 +151,52 @@ def propose(
         study.add_trials(trials)
         params = study.ask(distributions).params
     return _decode(space, flat, params)
+
+
+def _inside(distributions: dict[str, Any], params: dict[str, Any]) -> bool:
+    """Whether every param lies within its (possibly narrowed) distribution."""
+    for name, value in params.items():
+        dist = distributions[name]
+        if hasattr(dist, "low") and not dist.low <= value <= dist.high:
+            return False
+    return True
+
+
+def _trust_region(
+    flat: dict[str, dict[str, Any]],
+    distributions: dict[str, Any],
+    rung: list[Observation],
+    smaller_is_better: bool,
+    needed: int,
+) -> dict[str, Any]:
+    """The numeric distributions narrowed to the GP's trust region.
+
+    The region is the bounding box of the rung's best quarter (at least `needed` results),
+    widened by TRUST_MARGIN of each range on both sides and clipped to the space; categorical
+    dimensions keep every value. Stateless (a function of the rung alone), so a proposal stays a
+    pure function of the observations and the seed.
+    """
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    sign = 1.0 if smaller_is_better else -1.0
+    encoded = [(sign * o.metric, p) for o in rung if (p := _encode(flat, o.hparams)) is not None]
+    encoded.sort(key=lambda vp: vp[0])
+    top = [p for _, p in encoded[: max(needed, math.ceil(len(encoded) * TRUST_TOP))]]
+    out = dict(distributions)
+    for name, dist in distributions.items():
+        if not hasattr(dist, "low") or not top:
+            continue
+        span = dist.high - dist.low
+        lo = max(dist.low, min(p[name] for p in top) - TRUST_MARGIN * span)
+        hi = min(dist.high, max(p[name] for p in top) + TRUST_MARGIN * span)
+        if isinstance(dist, IntDistribution):
+            lo_i, hi_i = math.floor(lo), math.ceil(hi)
+            if lo_i == hi_i:
+                lo_i, hi_i = max(dist.low, lo_i - 1), min(dist.high, hi_i + 1)
+            out[name] = IntDistribution(lo_i, hi_i)
+        else:
+            out[name] = FloatDistribution(lo, hi)
+    return out
 
 
 def _best_and_latest(

@@ -16,6 +16,8 @@ from master.searcher import AdaptiveASHASearch, Create, ValidateAfter, make_sear
 from master.searcher.hparams import sample
 from master.searcher.model import (
     MODELS,
+    TRUST_MARGIN,
+    TRUST_TOP,
     Observation,
     _best_and_latest,
     _decode,
@@ -167,6 +169,45 @@ def test_gp_spreads_proposals_over_pending_trials() -> None:
         pending.append(hp)
     assert len({json.dumps(p, sort_keys=True) for p in pending}) == 5  # no duplicates
     assert statistics.median(quadratic(hp) for hp in pending) < 0.02  # still near the optimum
+
+
+def test_gp_proposes_only_inside_the_trust_region_of_the_best_quarter() -> None:
+    # The best quarter lies in x, y in [0.4, 0.5]; the rest of the rung is spread everywhere and
+    # worse. The GP knows nothing between the good cluster and the box's far corners, which
+    # unbounded expected improvement would explore; the trust region keeps it to the cluster's
+    # bounding box widened by TRUST_MARGIN of each range: [0.3, 0.6] here (x: width 0..100).
+    space = {
+        "x": {"type": "double", "minval": 0.0, "maxval": 1.0},
+        "y": {"type": "int", "minval": 0, "maxval": 100},
+        "kind": {"type": "categorical", "vals": ["a", "b"]},
+    }
+    rng = random.Random(3)
+    good = [
+        Observation({"x": rng.uniform(0.4, 0.5), "y": rng.randint(40, 50), "kind": "a"}, 9, 0.1)
+        for _ in range(5)
+    ]
+    rest = [
+        Observation({"x": rng.random(), "y": rng.randint(0, 100), "kind": "b"}, 9, 1.0 + i / 10)
+        for i in range(15)
+    ]
+    assert TRUST_TOP == 1 / 4 and TRUST_MARGIN == 0.1
+    lo_x = min(o.hparams["x"] for o in good) - 0.1
+    hi_x = max(o.hparams["x"] for o in good) + 0.1
+    lo_y = min(o.hparams["y"] for o in good) - 10
+    hi_y = max(o.hparams["y"] for o in good) + 10
+    pending: list[dict[str, Any]] = []
+    for s in range(4):
+        hp = propose(space, good + rest, seed=s, model="gp", pending=pending)
+        assert hp is not None
+        assert lo_x <= hp["x"] <= hi_x and lo_y <= hp["y"] <= hi_y, hp
+        assert hp["kind"] in ("a", "b")  # categorical dimensions are not narrowed
+        pending.append(hp)
+    # Larger is better: the region follows the best quarter, now the largest results.
+    top = sorted(rest, key=lambda o: -o.metric)[:5]
+    hp = propose(space, good + rest, seed=0, model="gp", smaller_is_better=False)
+    assert hp is not None
+    xs = [o.hparams["x"] for o in top]
+    assert min(xs) - 0.1 <= hp["x"] <= max(xs) + 0.1
 
 
 def test_gp_feeds_at_most_the_best_and_the_latest_results() -> None:
