@@ -215,6 +215,21 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
+def searcher_version() -> str:
+    """The last commit that changed master/searcher (+dirty when it has uncommitted changes).
+
+    Stored objectives are measured over several runs; this tells which searcher each one saw.
+    """
+    import subprocess
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+
+    head = git("log", "-1", "--format=%h", "--", "master/searcher").stdout.strip() or "unknown"
+    dirty = git("diff", "--quiet", "HEAD", "--", "master/searcher").returncode != 0
+    return head + ("+dirty" if dirty else "")
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -234,6 +249,7 @@ def summarise(setup: Setup, seeds: list[dict[str, Any]], optimum: float | None) 
     best_optuna = min(optuna, key=lambda m: med[m][-1]) if optuna else None
     return {
         "objective": setup.name,
+        "searcher": searcher_version(),
         "seeds": len(seeds),
         "budget": seeds[0]["budget"],
         "random_trials": setup.random_trials,
@@ -288,7 +304,8 @@ def rows_for(s: dict, fmt: str) -> list[Row]:
             f"{s['budget']:,} batches = {s['random_trials']} full trials "
             f"(rungs {', '.join(map(str, s['rungs']))}{opt})",
             f"median of {s['seeds']} seeds"
-            + (f", measured {s['measured']}" if s.get("measured") else ""),
+            + (f", measured {s['measured']}" if s.get("measured") else "")
+            + (f" on searcher {s['searcher']}" if s.get("searcher") else ""),
         ),
     ]
     for m, values in med.items():
@@ -443,6 +460,13 @@ def record(summaries: list[dict], measured: str) -> bool:
     optuna = all(s["best_optuna"] for s in stored)
     missing = [name for name in order if name not in store]
     text = summary_text(seeds, optuna)
+    current = searcher_version()
+    stale = [s["objective"] for s in stored if s.get("searcher") != current]
+    if stale:
+        text += (
+            f" Measured on an earlier searcher than the current one ({current}): "
+            f"{', '.join(stale)}; their figures may not hold now (re-run them)."
+        )
     if missing:
         text += (
             f" Not yet measured at this budget: {', '.join(missing)} "
