@@ -29,9 +29,10 @@ master-closed trial that was training counts as the worst result of the rung it 
 Ties rank by arrival (earlier first).
 
 Proposals (`sampler`): `random` (the default) samples every trial uniformly, as Determined does;
-`tpe` draws two of three new trials from a TPE model fitted on the longest rung that holds
-enough results (BOHB-style, see `master.searcher.model`), the rest uniformly at random. With
-`tpe` a trial's hyperparameters depend on the results that arrived before it was created, so
+`gp` and `tpe` draw two of three new trials from a model (a Gaussian process maximised inside a
+trust region around the best results, or TPE) fitted on the longest rung that holds enough
+results (BOHB-style, see `master.searcher.model`), the rest uniformly at random. With a
+model a trial's hyperparameters depend on the results that arrived before it was created, so
 the same seed reproduces a search only when results arrive in the same order. The rules above
 (layout, promotions, stopping) are the same for both.
 """
