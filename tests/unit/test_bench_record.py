@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,26 @@ def test_runs_add_objectives_and_the_latest_run_of_one_wins(files: tuple[Path, P
     assert "-3.000 vs -3.600 (Optuna SuccessiveHalving + random) (MISSED)" in text
     assert "Not yet measured at this budget: mfh3_good," in text
     assert "digits_mlp" in text.split("Not yet measured")[1]
+
+
+def test_objectives_measured_on_an_earlier_searcher_are_named(
+    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, docs = files
+    monkeypatch.setattr(search_efficiency, "searcher_version", lambda: "bbbb222")
+    record([summary("mfh3_good", -3.7) | {"searcher": "aaaa111"}], "2026-11-22")
+    record([summary("mfh6_good", -3.7) | {"searcher": "bbbb222"}], "2026-11-23")
+    record([summary("mfh3_bad", -3.7)], "2026-11-23")  # stored before versions were recorded
+    text = docs.read_text()
+    assert "measured 2026-11-22 on searcher aaaa111" in text
+    assert (
+        "Measured on an earlier searcher than the current one (bbbb222): mfh3_good, mfh3_bad;"
+        in text
+    )
+    assert "mfh6_good" not in text.split("earlier searcher")[1].split(";")[0]
+    assert json.loads(store.read_text())["mfh6_good"]["searcher"] == "bbbb222"
+
+
+def test_the_searcher_version_is_the_last_commit_that_changed_it() -> None:
+    version = search_efficiency.searcher_version()
+    assert re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", version), version
