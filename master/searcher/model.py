@@ -18,6 +18,9 @@ maintained samplers fed the rung's results as finished trials (no hand-written e
   proposals to those regions (traced on the digits benchmark: a third to over half of them at
   the box's bounds, all stopped at the first rung). The uniform third of the proposals still
   explores the whole space, and the region grows as soon as good results arrive from outside.
+  Improvement is measured against the best posterior mean at the observed points (plug-in EI),
+  not the luckiest result: results are noisy, and EI over a lucky draw favours the region's
+  corners, where the GP is unsure, over the configurations it predicts good.
 
 Deterministic on purpose: a proposal is a pure function of the observations (in the order the
 searcher passes them) and a seed the searcher draws from its own rng, so a fixed experiment
@@ -31,6 +34,7 @@ value, nested groups -> dotted names; const values are not modelled.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -141,7 +145,7 @@ def propose(
     with warnings.catch_warnings():  # both samplers' options are marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if model == "gp":
-            sampler: Any = optuna.samplers.GPSampler(seed=seed, n_startup_trials=0)
+            sampler: Any = _plug_in_gp_sampler()(seed=seed, n_startup_trials=0)
         elif model == "tpe":
             # TPE's own split: the best min(ceil(10% of n), 25) results form the "good" density.
             sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
@@ -151,6 +155,49 @@ def propose(
         study.add_trials(trials)
         params = study.ask(distributions).params
     return _decode(space, flat, params)
+
+
+@functools.cache
+def _plug_in_gp_sampler() -> type:
+    """Optuna's GPSampler with plug-in expected improvement: the incumbent is the best posterior
+    mean at the observed points, not the best observed value.
+
+    Why: rung results are noisy (a trial's seed moves the digits MLP's loss by a standard
+    deviation of 0.016 at one configuration), so the best observed value is a lucky draw that
+    lies below what the GP predicts anywhere it has data. Improvement over that draw is then
+    only possible where the GP is unsure, and expected improvement sends proposals to the
+    corners of the trust region (traced: 0.097, 0.849 and 0.91 for the learning rate, the box's
+    bounds, over and over). Measured against the best posterior mean (Picheny et al., 2013,
+    "plug-in" EI for noisy objectives) it favours configurations predicted good: on the digits
+    benchmark (two seeds traced) 2-5x as many trials landed in the best region and the median
+    full-length result improved by 0.007-0.012. Optuna marks `_optimize_acqf` as the override
+    point; if a future Optuna changes the acquisition's internals this falls back to its stock
+    EI (a unit test guards the installed version).
+    """
+    import optuna
+    import torch
+    from optuna._gp import acqf as acqf_module
+
+    class PlugInGPSampler(optuna.samplers.GPSampler):
+        def _optimize_acqf(self, acqf: Any, best_params: Any) -> Any:
+            return super()._optimize_acqf(_plug_in(acqf, acqf_module, torch), best_params)
+
+    return PlugInGPSampler
+
+
+def _plug_in(acqf: Any, acqf_module: Any, torch: Any) -> Any:
+    """`acqf` (stock log EI) rebuilt with the best posterior mean as its threshold."""
+    if type(acqf) is not acqf_module.LogEI:
+        return acqf  # running trials, constraints or several objectives: left as Optuna made it
+    try:
+        gpr = acqf._gpr
+        with torch.no_grad():
+            mean, _var = gpr.posterior(gpr._X_train)
+        return acqf_module.LogEI(
+            gpr=gpr, search_space=acqf.search_space, threshold=float(mean.max())
+        )
+    except (AttributeError, TypeError):
+        return acqf
 
 
 def _inside(distributions: dict[str, Any], params: dict[str, Any]) -> bool:

@@ -210,6 +210,43 @@ def test_gp_proposes_only_inside_the_trust_region_of_the_best_quarter() -> None:
     assert min(xs) - 0.1 <= hp["x"] <= max(xs) + 0.1
 
 
+def test_gp_measures_improvement_against_the_best_posterior_mean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Noisy results around a smooth bowl, plus one lucky draw far below the bowl's floor. Stock
+    # EI would measure improvement over that draw; plug-in EI uses the best posterior mean at
+    # the observed points, which the GP (it models noise) keeps above the lucky draw. Spying on
+    # Optuna's own optimiser proves the override is in effect with the installed Optuna.
+    import optuna
+    import torch
+    from optuna._gp import acqf as acqf_module
+
+    seen: list[Any] = []
+    stock = optuna.samplers.GPSampler._optimize_acqf
+
+    def spy(self: Any, acqf: Any, best_params: Any) -> Any:
+        seen.append(acqf)
+        return stock(self, acqf, best_params)
+
+    monkeypatch.setattr(optuna.samplers.GPSampler, "_optimize_acqf", spy)
+    rng = random.Random(5)
+    space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
+    rung = [
+        Observation({"x": x}, 9, (x - 0.5) ** 2 + rng.gauss(0, 0.05))
+        for x in (i / 29 for i in range(30))
+    ]
+    rung.append(Observation({"x": 0.52}, 9, -0.4))  # the lucky draw
+    assert propose(space, rung, seed=1, model="gp") is not None
+    (acqf,) = seen
+    assert type(acqf) is acqf_module.LogEI
+    gpr = acqf._gpr
+    with torch.no_grad():
+        mean, _ = gpr.posterior(gpr._X_train)
+    best_observed = float(gpr._y_train.max())  # standardised, larger is better
+    assert acqf._threshold == pytest.approx(float(mean.max()))
+    assert acqf._threshold < best_observed - 0.5
+
+
 def test_gp_feeds_at_most_the_best_and_the_latest_results() -> None:
     rung = [Observation({"i": i}, 10, float((i * 37) % 101)) for i in range(300)]
     kept = _best_and_latest(rung, 128, smaller_is_better=True)
