@@ -87,9 +87,11 @@ def propose(
 ) -> dict[str, Any] | None:
     """Hyperparameters drawn from `model` fitted on the longest rung with enough results.
 
-    `pending`: hyperparameters of trials still training (gp only). The GP sees them as results
-    at the rung's mean (constant liar), so trials proposed while others run spread out instead
-    of all landing on the same maximum of the acquisition.
+    `pending`: hyperparameters of trials still training (gp only). The GP believes each of
+    them scores what it predicts there (Kriging believer), so its uncertainty at a running
+    trial collapses while its mean stays put: trials proposed while others run spread out
+    around them instead of all landing on the same maximum of the acquisition, and the region
+    being exploited keeps the value its results gave it.
 
     None when no rung has enough results yet (or nothing in the space can be modelled): the
     caller samples at random then.
@@ -125,11 +127,11 @@ def propose(
         )
     if len(trials) < needed:
         return None
+    running: list[dict[str, Any]] = []
     if model == "gp" and pending:
-        # Constant liar (Ginsbourger et al., 2010): a trial still training counts as a result
-        # at the rung's mean, so the GP's uncertainty there collapses and proposals made while
-        # others train spread out. Exact q-batch EI (Optuna's RUNNING trials) costs ~100x more.
-        lie = sum(t.value for t in trials) / len(trials)
+        # Kriging believer (Ginsbourger et al., 2010): a trial still training is believed to
+        # score what the GP predicts for it, which collapses the GP's uncertainty there without
+        # moving its mean, so proposals made while others train spread out around them.
         seen = {tuple(sorted(t.params.items())) for t in trials}
         for hparams in pending:
             params = _encode(flat, hparams)
@@ -138,14 +140,13 @@ def propose(
             key = tuple(sorted(params.items()))
             if key not in seen:
                 seen.add(key)
-                trials.append(
-                    optuna.trial.create_trial(params=params, distributions=distributions, value=lie)
-                )
+                running.append(params)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with warnings.catch_warnings():  # both samplers' options are marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if model == "gp":
             sampler: Any = _plug_in_gp_sampler()(seed=seed, n_startup_trials=0)
+            sampler.detlab_running = running
         elif model == "tpe":
             # TPE's own split: the best min(ceil(10% of n), 25) results form the "good" density.
             sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
@@ -179,20 +180,32 @@ def _plug_in_gp_sampler() -> type:
     from optuna._gp import acqf as acqf_module
 
     class PlugInGPSampler(optuna.samplers.GPSampler):
+        detlab_running: list[dict[str, Any]] = []  # params of the trials still training
+
         def _optimize_acqf(self, acqf: Any, best_params: Any) -> Any:
-            return super()._optimize_acqf(_plug_in(acqf, acqf_module, torch), best_params)
+            acqf = _plug_in(acqf, acqf_module, torch, self.detlab_running)
+            return super()._optimize_acqf(acqf, best_params)
 
     return PlugInGPSampler
 
 
-def _plug_in(acqf: Any, acqf_module: Any, torch: Any) -> Any:
-    """`acqf` (stock log EI) rebuilt with the best posterior mean as its threshold."""
+def _plug_in(
+    acqf: Any, acqf_module: Any, torch: Any, running: Sequence[dict[str, Any]] = ()
+) -> Any:
+    """`acqf` (stock log EI) rebuilt with the best posterior mean as its threshold, and the GP
+    told that each `running` point scores its own posterior mean (Kriging believer)."""
     if type(acqf) is not acqf_module.LogEI:
-        return acqf  # running trials, constraints or several objectives: left as Optuna made it
+        return acqf  # constraints or several objectives: left as Optuna made it
     try:
         gpr = acqf._gpr
         with torch.no_grad():
             mean, _var = gpr.posterior(gpr._X_train)
+            if running:
+                x = torch.from_numpy(
+                    # Only the params are read; the trial list just sizes the result.
+                    acqf.search_space.get_normalized_params([None] * len(running), list(running))
+                )
+                gpr.append_running_data(x, gpr.posterior(x)[0])
         return acqf_module.LogEI(
             gpr=gpr, search_space=acqf.search_space, threshold=float(mean.max())
         )

@@ -210,16 +210,11 @@ def test_gp_proposes_only_inside_the_trust_region_of_the_best_quarter() -> None:
     assert min(xs) - 0.1 <= hp["x"] <= max(xs) + 0.1
 
 
-def test_gp_measures_improvement_against_the_best_posterior_mean(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Noisy results around a smooth bowl, plus one lucky draw far below the bowl's floor. Stock
-    # EI would measure improvement over that draw; plug-in EI uses the best posterior mean at
-    # the observed points, which the GP (it models noise) keeps above the lucky draw. Spying on
-    # Optuna's own optimiser proves the override is in effect with the installed Optuna.
+@pytest.fixture
+def acqf_seen(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The acquisition functions the GP sampler optimises, spied on Optuna's own optimiser (so a
+    test proves what the installed Optuna really receives)."""
     import optuna
-    import torch
-    from optuna._gp import acqf as acqf_module
 
     seen: list[Any] = []
     stock = optuna.samplers.GPSampler._optimize_acqf
@@ -229,6 +224,17 @@ def test_gp_measures_improvement_against_the_best_posterior_mean(
         return stock(self, acqf, best_params)
 
     monkeypatch.setattr(optuna.samplers.GPSampler, "_optimize_acqf", spy)
+    return seen
+
+
+def test_gp_measures_improvement_against_the_best_posterior_mean(acqf_seen: list[Any]) -> None:
+    # Noisy results around a smooth bowl, plus one lucky draw far below the bowl's floor. Stock
+    # EI would measure improvement over that draw; plug-in EI uses the best posterior mean at
+    # the observed points, which the GP (it models noise) keeps above the lucky draw. Spying on
+    # Optuna's own optimiser proves the override is in effect with the installed Optuna.
+    import torch
+    from optuna._gp import acqf as acqf_module
+
     rng = random.Random(5)
     space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
     rung = [
@@ -237,7 +243,7 @@ def test_gp_measures_improvement_against_the_best_posterior_mean(
     ]
     rung.append(Observation({"x": 0.52}, 9, -0.4))  # the lucky draw
     assert propose(space, rung, seed=1, model="gp") is not None
-    (acqf,) = seen
+    (acqf,) = acqf_seen
     assert type(acqf) is acqf_module.LogEI
     gpr = acqf._gpr
     with torch.no_grad():
@@ -379,3 +385,36 @@ def test_asha_tpe_restores_a_snapshot_without_hparams() -> None:
     # The same first trials, then the search goes on (learning from new trials only).
     assert [c.request_id for c in old[:10]] == [c.request_id for c in plain[:10]]
     assert len(old) >= 50 and len(plain) >= 50
+
+
+def test_gp_believes_running_trials_score_what_it_predicts(acqf_seen: list[Any]) -> None:
+    # Kriging believer: a trial still training enters the GP at the GP's own prediction for it.
+    # Its mean stays where the results put it (a constant lie at the rung mean would drag the
+    # region being exploited towards average), and only the uncertainty at the running point
+    # collapses, so the next proposal moves off it.
+    import torch
+
+    space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
+    rng = random.Random(2)
+    rung = [
+        Observation({"x": x}, 9, (x - 0.5) ** 2 + rng.gauss(0, 0.01))
+        for x in (i / 19 for i in range(20))
+    ]
+    alone = propose(space, rung, seed=4, model="gp")
+    assert alone is not None
+    running = [{"x": alone["x"]}]
+    spread = propose(space, rung, seed=4, model="gp", pending=running)
+    assert spread is not None and spread["x"] != pytest.approx(alone["x"], abs=1e-6)
+    without, with_running = acqf_seen
+    assert with_running._gpr._X_all.shape[0] == without._gpr._X_train.shape[0] + 1
+    with torch.no_grad():
+        grid = torch.linspace(0, 1, 41, dtype=torch.float64).unsqueeze(-1)
+        mean_without, var_without = without._gpr.posterior(grid)
+        mean_with, var_with = with_running._gpr.posterior(grid)
+        x_run = with_running._gpr._X_all[-1:]
+        _, var_run_without = without._gpr.posterior(x_run)
+        _, var_run_with = with_running._gpr.posterior(x_run)
+    assert torch.allclose(mean_with, mean_without, atol=1e-6)  # the belief moves no mean
+    assert bool((var_with <= var_without + 1e-12).all())
+    assert float(var_run_with) < 0.5 * float(var_run_without)
+    assert with_running._threshold == pytest.approx(without._threshold)
