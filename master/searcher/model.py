@@ -145,8 +145,7 @@ def propose(
     with warnings.catch_warnings():  # both samplers' options are marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if model == "gp":
-            sampler: Any = _plug_in_gp_sampler()(seed=seed, n_startup_trials=0)
-            sampler.detlab_running = running
+            sampler: Any = _plug_in_gp_sampler()(running, seed=seed, n_startup_trials=0)
         elif model == "tpe":
             # TPE's own split: the best min(ceil(10% of n), 25) results form the "good" density.
             sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
@@ -180,10 +179,12 @@ def _plug_in_gp_sampler() -> type:
     from optuna._gp import acqf as acqf_module
 
     class PlugInGPSampler(optuna.samplers.GPSampler):
-        detlab_running: list[dict[str, Any]] = []  # params of the trials still training
+        def __init__(self, running: Sequence[dict[str, Any]], **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._running = tuple(running)  # params of the trials still training
 
         def _optimize_acqf(self, acqf: Any, best_params: Any) -> Any:
-            acqf = _plug_in(acqf, acqf_module, torch, self.detlab_running)
+            acqf = _plug_in(acqf, acqf_module, torch, self._running)
             return super()._optimize_acqf(acqf, best_params)
 
     return PlugInGPSampler
