@@ -30,16 +30,25 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
+def cpu() -> str:
+    """The CPU model and whether it has AVX-512.
+
+    torch and numpy pick their kernels by instruction set, so model-based search figures can
+    differ in their last bits between machines with and without AVX-512.
+    """
+    fallback = platform.processor() or platform.machine()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return fallback
+    models = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]
+    avx512 = any(ln.startswith("flags") and "avx512f" in ln.split() for ln in lines)
+    return f"{models[0] if models else fallback} ({'with' if avx512 else 'no'} AVX-512)"
+
+
 def machine() -> str:
     """One line describing where the benchmark ran."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu_ = cpu()
     mem = ""
     try:
         kib = int(Path("/proc/meminfo").read_text().split()[1])
@@ -58,7 +67,7 @@ def machine() -> str:
     except (OSError, subprocess.SubprocessError, IndexError):
         pass
     return (
-        f"{platform.node()}: {cpu}, {os.cpu_count()} cores{mem}, "
+        f"{platform.node()}: {cpu_}, {os.cpu_count()} cores{mem}, "
         f"Python {platform.python_version()}{pg}"
     )
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench._report import ROOT, Row, publish, write_section
+from bench._report import ROOT, Row, cpu, publish, write_section
 from bench._searchsim import (
     SearchResult,
     optuna_available,
@@ -250,6 +250,7 @@ def summarise(setup: Setup, seeds: list[dict[str, Any]], optimum: float | None) 
     return {
         "objective": setup.name,
         "searcher": searcher_version(),
+        "cpu": cpu(),
         "seeds": len(seeds),
         "budget": seeds[0]["budget"],
         "random_trials": setup.random_trials,
@@ -305,7 +306,8 @@ def rows_for(s: dict, fmt: str) -> list[Row]:
             f"(rungs {', '.join(map(str, s['rungs']))}{opt})",
             f"median of {s['seeds']} seeds"
             + (f", measured {s['measured']}" if s.get("measured") else "")
-            + (f" on searcher {s['searcher']}" if s.get("searcher") else ""),
+            + (f" on searcher {s['searcher']}" if s.get("searcher") else "")
+            + (f", {s['cpu']}" if s.get("cpu") else ""),
         ),
     ]
     for m, values in med.items():
