@@ -30,7 +30,7 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def cpu() -> str:
+def cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU model and whether it has AVX-512.
 
     torch and numpy pick their kernels by instruction set, so model-based search figures can
@@ -38,7 +38,7 @@ def cpu() -> str:
     """
     fallback = platform.processor() or platform.machine()
     try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        lines = cpuinfo.read_text().splitlines()
     except OSError:
         return fallback
     models = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")]

@@ -74,6 +74,7 @@ def test_objectives_measured_on_an_earlier_searcher_are_named(
     record([summary("mfh3_bad", -3.7)], "2026-11-23")  # stored before versions were recorded
     text = docs.read_text()
     assert "measured 2026-11-22 on searcher aaaa111" in text
+    assert "AVX-512" not in text  # no CPU stored, none shown
     assert (
         "Measured on an earlier searcher than the current one (bbbb222): mfh3_good, mfh3_bad;"
         in text
@@ -85,3 +86,27 @@ def test_objectives_measured_on_an_earlier_searcher_are_named(
 def test_the_searcher_version_is_the_last_commit_that_changed_it() -> None:
     version = search_efficiency.searcher_version()
     assert re.fullmatch(r"[0-9a-f]{7,40}(\+dirty)?", version), version
+
+
+def test_each_objective_shows_the_cpu_it_was_measured_on(files: tuple[Path, Path]) -> None:
+    record([summary("mfh3_good", -3.7) | {"cpu": "AMD EPYC (with AVX-512)"}], "2026-11-25")
+    record([summary("mfh3_bad", -3.7) | {"cpu": "AMD EPYC (no AVX-512)"}], "2026-11-25")
+    text = files[1].read_text()
+    assert re.search(r"\*\*mfh3_good\*\* budget B .*, AMD EPYC \(with AVX-512\) \|", text)
+    assert re.search(r"\*\*mfh3_bad\*\* budget B .*, AMD EPYC \(no AVX-512\) \|", text)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("fpu sse2 avx2 avx512f avx512dq", "EPYC 9B14 (with AVX-512)"),
+        ("fpu sse2 avx2", "EPYC 9B14 (no AVX-512)"),
+    ],
+)
+def test_the_cpu_line_names_the_model_and_avx512(tmp_path: Path, flags: str, expected: str) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text(
+        f"processor\t: 0\nmodel name\t: EPYC 9B14\nflags\t\t: {flags}\n\n"
+        f"processor\t: 1\nmodel name\t: EPYC 9B14\nflags\t\t: {flags}\n"
+    )
+    assert _report.cpu(info) == expected
