@@ -415,10 +415,12 @@ def run(
     return ok
 
 
-def summary_text(seeds: int, optuna: bool) -> str:
-    """The paragraph above the docs table."""
+def summary_text(seeds: int | tuple[int, int], optuna: bool) -> str:
+    """The paragraph above the docs table (`seeds`: a count, or the stored range of counts)."""
+    low, high = seeds if isinstance(seeds, tuple) else (seeds, seeds)
+    over = f"{low} seeds" if low == high else f"{low}-{high} seeds (each objective's row says)"
     return (
-        f"Best validation metric (minimised) versus training budget, median over {seeds} seeds, "
+        f"Best validation metric (minimised) versus training budget, median over {over}, "
         f"{WORKERS} workers, budget B = {RANDOM_TRIALS} full-length trainings, simulated in "
         "virtual time by `bench/_searchsim.py` (cost = batches "
         "trained, promoted trials resume and pay only the added batches, results fed back "
@@ -458,10 +460,10 @@ def record(summaries: list[dict], measured: str) -> bool:
     fmt = {setup.name: setup.digits for setup in setups()}
     stored = list(store.values())
     rows = [row for s in stored for row in rows_for(s, fmt.get(s["objective"], ".3f"))]
-    seeds = min(s["seeds"] for s in stored)
+    counts = [s["seeds"] for s in stored]
     optuna = all(s["best_optuna"] for s in stored)
     missing = [name for name in order if name not in store]
-    text = summary_text(seeds, optuna)
+    text = summary_text((min(counts), max(counts)), optuna)
     current = searcher_version()
     stale = [s["objective"] for s in stored if s.get("searcher") != current]
     if stale:

@@ -64,6 +64,16 @@ def test_runs_add_objectives_and_the_latest_run_of_one_wins(files: tuple[Path, P
     assert "digits_mlp" in text.split("Not yet measured")[1]
 
 
+def test_the_paragraph_gives_the_range_of_seed_counts(files: tuple[Path, Path]) -> None:
+    _store, docs = files
+    record([summary("mfh3_good", -3.7)], "2026-11-22")
+    assert "median over 10 seeds," in docs.read_text()
+    record([summary("digits_mlp", -3.7, seeds=20)], "2026-11-23")
+    text = docs.read_text()
+    assert "median over 10-20 seeds (each objective's row says)," in text
+    assert "median of 20 seeds, measured 2026-11-23" in text
+
+
 def test_objectives_measured_on_an_earlier_searcher_are_named(
     files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
