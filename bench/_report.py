@@ -102,12 +102,17 @@ def publish(name: str, summary: str, rows: list[Row], raw: dict, docs: bool = Tr
         write_section(name, summary, rows)
 
 
-def write_section(name: str, summary: str, rows: list[Row]) -> None:
-    """Replace (or append) `name`'s section of docs/benchmarks.md."""
-    when = time.strftime("%Y-%m-%d %H:%M %Z")
+def write_section(name: str, summary: str, rows: list[Row], stamp: str | None = None) -> None:
+    """Replace (or append) `name`'s section of docs/benchmarks.md.
+
+    `stamp` (default: now, on this machine) says where the figures come from; a section
+    assembled from runs on other machines passes its own.
+    """
+    if stamp is None:
+        stamp = f"{time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}"
     section = (
         f"<!-- bench:{name}:start -->\n## {name}\n\n"
-        f"_{when} on {machine()}_\n\n{summary}\n\n{markdown(rows)}\n"
+        f"_{stamp}_\n\n{summary}\n\n{markdown(rows)}\n"
         f"<!-- bench:{name}:end -->"
     )
     text = DOCS.read_text() if DOCS.exists() else HEADER

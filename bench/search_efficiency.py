@@ -476,8 +476,21 @@ def record(summaries: list[dict], measured: str) -> bool:
             f" Not yet measured at this budget: {', '.join(missing)} "
             "(`bench/run.py search_efficiency --objectives ...` adds them)."
         )
-    write_section(NAME, text, rows)
+    write_section(NAME, text, rows, stamp=provenance(stored))
     return all(x is not False for s in stored for x in verdicts(s).values())
+
+
+def provenance(stored: list[dict]) -> str:
+    """Where an assembled section's figures were measured: its runs' dates and CPUs.
+
+    Why not the machine that writes the section: `record` also runs on machines that measured
+    nothing (recording raw files, regenerating the text), and model-based figures depend on the
+    CPU they were measured on.
+    """
+    dates = sorted({s.get("measured", "?") for s in stored})
+    cpus = sorted({s.get("cpu", "CPU not recorded") for s in stored})
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return f"Measured {when} on {', '.join(cpus)}; each objective's row gives its run"
 
 
 def record_files(paths: list[str]) -> bool:

@@ -106,6 +106,21 @@ def test_each_objective_shows_the_cpu_it_was_measured_on(files: tuple[Path, Path
     assert re.search(r"\*\*mfh3_bad\*\* budget B .*, AMD EPYC \(no AVX-512\) \|", text)
 
 
+def test_the_section_stamp_names_the_measuring_runs_not_this_machine(
+    files: tuple[Path, Path],
+) -> None:
+    record([summary("mfh3_good", -3.7) | {"cpu": "AMD EPYC (no AVX-512)"}], "2026-11-24")
+    record([summary("mfh3_bad", -3.7) | {"cpu": "AMD EPYC (with AVX-512)"}], "2026-11-25")
+    record([], "2026-11-26")  # regenerated elsewhere: nothing new measured
+    text = files[1].read_text()
+    stamp = (
+        "_Measured 2026-11-24 to 2026-11-25 on AMD EPYC (no AVX-512), AMD EPYC (with AVX-512); "
+        "each objective's row gives its run_"
+    )
+    assert stamp in text
+    assert "test machine" not in text  # the fixture's stand-in for where record() runs
+
+
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
