@@ -405,7 +405,7 @@ def run(
     pool.shutdown()
     publish(
         NAME,
-        summary_text(seeds, optuna),
+        summary_text(seeds, seeds, optuna),
         rows,
         {"summaries": summaries, "per_seed": per_seed},
         docs=False,
@@ -415,9 +415,8 @@ def run(
     return ok
 
 
-def summary_text(seeds: int | tuple[int, int], optuna: bool) -> str:
-    """The paragraph above the docs table (`seeds`: a count, or the stored range of counts)."""
-    low, high = seeds if isinstance(seeds, tuple) else (seeds, seeds)
+def summary_text(low: int, high: int, optuna: bool) -> str:
+    """The paragraph above the docs table (`low`..`high`: the objectives' seed counts)."""
     over = f"{low} seeds" if low == high else f"{low}-{high} seeds (each objective's row says)"
     return (
         f"Best validation metric (minimised) versus training budget, median over {over}, "
@@ -463,7 +462,7 @@ def record(summaries: list[dict], measured: str) -> bool:
     counts = [s["seeds"] for s in stored]
     optuna = all(s["best_optuna"] for s in stored)
     missing = [name for name in order if name not in store]
-    text = summary_text((min(counts), max(counts)), optuna)
+    text = summary_text(min(counts), max(counts), optuna)
     current = searcher_version()
     stale = [s["objective"] for s in stored if s.get("searcher") != current]
     if stale:
@@ -487,7 +486,7 @@ def provenance(stored: list[dict]) -> str:
     nothing (recording raw files, regenerating the text), and model-based figures depend on the
     CPU they were measured on.
     """
-    dates = sorted({s.get("measured", "?") for s in stored})
+    dates = sorted({s["measured"] for s in stored})  # record() always sets it
     cpus = sorted({s.get("cpu", "CPU not recorded") for s in stored})
     when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
     return f"Measured {when} on {', '.join(cpus)}; each objective's row gives its run"
