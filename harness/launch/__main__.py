@@ -44,6 +44,14 @@ def load_trial_class(entrypoint: str) -> type:
 
 def run_in_process(entrypoint: str) -> int:
     """Import and run the trial here; user errors print the user's traceback and exit 1."""
+    code = _run_trial(entrypoint)
+    if code != 0 and _distributed_initialized():
+        _exit_now(code)
+    _destroy_process_group()
+    return code
+
+
+def _run_trial(entrypoint: str) -> int:
     from harness.launch._errors import user_traceback
 
     try:
@@ -58,21 +66,41 @@ def run_in_process(entrypoint: str) -> int:
         sys.stderr.flush()
         logger.error("the trial failed: %s: %s", type(e).__name__, e)
         return 1
-    finally:
-        _destroy_process_group()
     return 0
 
 
-def _destroy_process_group() -> None:
+def _exit_now(code: int) -> None:
+    """Leave a failed distributed worker without tearing its process group down.
+
+    Its peers are blocked in a collective that will never complete. Destroying the gloo/nccl
+    group then, or letting interpreter shutdown destroy it, can abort inside the library's
+    threads ("terminate called without an active exception", SIGABRT), which turns exit code 1
+    into 134 now and then (seen under load in CI). The process's exit closes its sockets,
+    which is how the peers learn of the failure anyway.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _distributed_initialized() -> bool:
     if "torch.distributed" not in sys.modules:
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _destroy_process_group() -> None:
+    if not _distributed_initialized():
         return
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - exiting anyway
-            pass
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - exiting anyway
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
