@@ -47,6 +47,8 @@ class SearchResult:
     shutdown: bool = False  # the searcher (or Optuna side) ended the search itself
     best: float = math.inf
     best_hparams: dict[str, Any] | None = None
+    # (budget used, hparams) each time the best improved: what the search would recommend
+    incumbents: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
 
     def best_at(self, budget: float) -> float:
         """The best metric among validations completed within `budget` (inf: none yet)."""
@@ -55,6 +57,15 @@ class SearchResult:
             if used > budget + 1e-9:
                 break
             best = b
+        return best
+
+    def best_hparams_at(self, budget: float) -> dict[str, Any] | None:
+        """The hyperparameters of the best validation completed within `budget` (None: none)."""
+        best = None
+        for used, hparams in self.incumbents:
+            if used > budget + 1e-9:
+                break
+            best = hparams
         return best
 
     def trials_within(self, budget: float) -> int:
@@ -72,6 +83,7 @@ class SearchResult:
         self.validations += 1
         if metric < self.best:
             self.best, self.best_hparams = metric, hparams
+            self.incumbents.append((used, hparams))
         self.points.append((used, now, self.best))
 
 

@@ -145,6 +145,12 @@ class MFHartmann:
         """f at the highest fidelity (no bias, no noise)."""
         return mf_hartmann(x, Z_MAX)
 
+    def expected_value(self, hparams: dict[str, Any]) -> float:
+        """The noise-free value at the highest fidelity (there the noise term vanishes)."""
+        return self.true_value(self._x(hparams))
+
     def trial(self, hparams: dict[str, Any], seed: int) -> HartmannTrial:
-        x = tuple(float(hparams[f"X_{i}"]) for i in range(self.dims))
-        return HartmannTrial(self, x)
+        return HartmannTrial(self, self._x(hparams))
+
+    def _x(self, hparams: dict[str, Any]) -> tuple[float, ...]:
+        return tuple(float(hparams[f"X_{i}"]) for i in range(self.dims))

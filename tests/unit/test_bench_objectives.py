@@ -28,6 +28,17 @@ def test_optimum_at_the_argmin_at_max_fidelity(dims: int) -> None:
         ) == pytest.approx(OPTIMUM[dims], abs=1e-5)
 
 
+@pytest.mark.parametrize("preset", ["good", "terrible"])
+def test_hartmann_expected_value_is_the_noise_free_full_fidelity_value(preset: str) -> None:
+    obj = MFHartmann(3, preset, seed=11)
+    argmin = {f"X_{i}": v for i, v in enumerate(ARGMIN[3])}
+    assert obj.expected_value(argmin) == pytest.approx(OPTIMUM[3], abs=1e-5)
+    x = {"X_0": 0.3, "X_1": 0.7, "X_2": 0.2}
+    # At a low fidelity the noisy, biased value differs; at z_max it is the expected value.
+    assert obj.trial(x, 0).train_to(10) != pytest.approx(obj.expected_value(x))
+    assert obj.trial(x, 0).train_to(100) == pytest.approx(obj.expected_value(x))
+
+
 @pytest.mark.parametrize("dims", [3, 6])
 def test_the_argmin_is_a_minimum(dims: int) -> None:
     rng = random.Random(0)
@@ -103,6 +114,26 @@ def test_digits_trial_is_resumable_deterministic_and_memoised() -> None:
     assert fresh.trial(hp, seed=3).train_to(40) == pytest.approx(last, rel=1e-5)
     assert fresh.computed_batches == 40  # the second was memoised
     assert fresh.trial(hp, seed=4).train_to(40) != pytest.approx(last, rel=1e-5)
+
+
+def test_digits_expected_value_averages_fresh_trial_seeds_apart_from_the_search() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from bench.objectives.digits import FRESH_SEED_BASE, DigitsMLP
+
+    hp = {"lr": 0.1, "hidden": 16, "dropout": 0.1}
+    obj = DigitsMLP(max_length=30, expected_seeds=3)
+    searched = obj.trial(hp, seed=5).train_to(30)
+    expected = obj.expected_value(hp)
+    assert obj.computed_batches == 30  # the figure's training is not the search's cost
+    reference = DigitsMLP(max_length=30)
+    draws = [reference.trial(hp, FRESH_SEED_BASE + k).train_to(30) for k in range(3)]
+    assert expected == pytest.approx(statistics.fmean(draws), rel=1e-5)
+    assert searched not in draws  # fresh seeds, not the search's own draw
+    assert obj.expected_value(dict(hp)) == expected  # memoised per configuration
+    assert DigitsMLP(max_length=30, expected_seeds=3).expected_value(hp) == pytest.approx(
+        expected, rel=1e-6
+    )  # deterministic
 
 
 def test_digits_divergence_reports_a_capped_metric() -> None:

@@ -64,6 +64,23 @@ def test_runs_add_objectives_and_the_latest_run_of_one_wins(files: tuple[Path, P
     assert "digits_mlp" in text.split("Not yet measured")[1]
 
 
+def test_the_recommended_configurations_row_shows_where_it_was_measured(
+    files: tuple[Path, Path],
+) -> None:
+    _store, docs = files
+    recommended = {m: 0.13 for m in METHODS} | {"asha": 0.125, "optuna_hb_tpe": 0.128}
+    record(
+        [summary("digits_mlp", 0.1, seeds=10) | {"median_recommended": recommended}], "2026-11-26"
+    )
+    record([summary("mfh3_good", -3.7)], "2026-11-22")  # stored before the figure existed
+    text = docs.read_text()
+    rows = [line for line in text.splitlines() if "expected metric of the best trial" in line]
+    assert len(rows) == 1 and rows[0].startswith("| digits_mlp at B: expected metric")
+    assert "0.125 vs 0.128 (Optuna Hyperband + TPE)" in rows[0]
+    assert "random search 0.130" in rows[0]
+    assert "not a target: the mean validation loss over 32 fresh trial seeds" in rows[0]
+
+
 def test_the_paragraph_gives_the_range_of_seed_counts(files: tuple[Path, Path]) -> None:
     _store, docs = files
     record([summary("mfh3_good", -3.7)], "2026-11-22")

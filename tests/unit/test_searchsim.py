@@ -155,6 +155,9 @@ def test_search_result_queries() -> None:
     assert [p[2] for p in res.points] == [5.0, 3.0, 3.0, 1.0]
     assert res.best_at(3) == 3.0 and res.best_at(100) == 1.0 and res.best_hparams == {"m": 1.0}
     assert res.budget_to_reach(3.0) == 2 and res.budget_to_reach(0.5) == math.inf
+    # The recommendation at a budget is the hparams of the best validation completed within it.
+    assert res.best_hparams_at(1.5) == {"m": 5.0} and res.best_hparams_at(7) == {"m": 3.0}
+    assert res.best_hparams_at(8) == {"m": 1.0} and res.best_hparams_at(0.5) is None
 
 
 def test_rung_lengths() -> None:
