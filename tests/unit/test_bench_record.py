@@ -76,8 +76,8 @@ def test_the_recommended_configurations_row_shows_where_it_was_measured(
     text = docs.read_text()
     rows = [line for line in text.splitlines() if "expected metric of the best trial" in line]
     assert len(rows) == 1 and rows[0].startswith("| digits_mlp at B: expected metric")
-    assert "0.125 vs 0.128 (Optuna Hyperband + TPE)" in rows[0]
-    assert "random search 0.130" in rows[0]
+    assert "0.1250 vs 0.1280 (Optuna Hyperband + TPE)" in rows[0]
+    assert "random search 0.1300" in rows[0]
     assert "not a target: the mean validation loss over 32 fresh trial seeds" in rows[0]
 
 
