@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import _report, search_efficiency
-from bench.search_efficiency import METHODS, record
+from bench.search_efficiency import METHODS, paired, record
 
 
 def summary(objective: str, asha_at_b: float, seeds: int = 10) -> dict:
@@ -79,6 +79,32 @@ def test_the_recommended_configurations_row_shows_where_it_was_measured(
     assert "0.1250 vs 0.1280 (Optuna Hyperband + TPE)" in rows[0]
     assert "random search 0.1300" in rows[0]
     assert "not a target: the mean validation loss over 32 fresh trial seeds" in rows[0]
+
+
+def test_paired_compares_two_methods_seed_by_seed() -> None:
+    def seed(a: float, b: float) -> dict:
+        return {"best_at": {"asha": [9.0, a], "optuna_sh": [9.0, b]}}
+
+    seeds = [seed(0.10, 0.11), seed(0.12, 0.11), seed(0.09, 0.10), seed(float("inf"), 0.1)]
+    p = paired(seeds, "asha", "optuna_sh")
+    assert p is not None
+    assert (p["ahead"], p["seeds"]) == (2, 3)  # the seed without an ASHA result is left out
+    assert p["mean_difference"] == pytest.approx(-0.01 / 3)
+    assert p["standard_error"] == pytest.approx(0.02 / 3)  # stdev 0.01155 / sqrt(3)
+    assert paired([seed(float("inf"), 0.1)], "asha", "optuna_sh") is None
+
+
+def test_the_at_b_row_gives_the_per_seed_comparison_where_stored(files: tuple[Path, Path]) -> None:
+    vs = {"ahead": 8, "seeds": 20, "mean_difference": -0.0001, "standard_error": 0.0023}
+    record([summary("digits_mlp", 0.1, seeds=20) | {"asha_vs_best_optuna": vs}], "2026-11-26")
+    record([summary("mfh3_good", -3.7)], "2026-11-22")  # stored before the comparison existed
+    rows = [line for line in files[1].read_text().splitlines() if "ASHA vs best Optuna" in line]
+    digits, mfh3 = (
+        next(r for r in rows if r.startswith(f"| {o} at B: ASHA"))
+        for o in ("digits_mlp", "mfh3_good")
+    )
+    assert "per seed: ASHA ahead on 8/20, mean difference -0.0001 (standard error 0.0023)" in digits
+    assert "per seed" not in mfh3
 
 
 def test_the_paragraph_gives_the_range_of_seed_counts(files: tuple[Path, Path]) -> None:
