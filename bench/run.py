@@ -43,7 +43,11 @@ def main() -> int:
         docker_start.NAME: lambda a: docker_start.run(n=a.docker_submissions, docs=a.docs),
         agent_load.NAME: lambda a: agent_load.run(docs=a.docs),
         search_efficiency.NAME: lambda a: search_efficiency.run(
-            seeds=a.seeds, objectives=a.objectives, optuna=a.optuna, docs=a.docs
+            seeds=a.seeds,
+            objectives=a.objectives,
+            optuna=a.optuna,
+            docs=a.docs,
+            first_seed=a.first_seed,
         ),
         trial_overhead.NAME: lambda a: trial_overhead.run(n=a.trials, ray=a.ray, docs=a.docs),
         scheduler_pass.NAME: lambda a: scheduler_pass.run(passes=a.passes, docs=a.docs),
@@ -68,6 +72,15 @@ def main() -> int:
         help="metrics_ingest: skip the MLflow comparison",
     )
     parser.add_argument("--seeds", type=int, default=10, help="search_efficiency: seeds")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help=(
+            "search_efficiency: the first seed (for a part of a longer run; "
+            "record the parts' raw files together)"
+        ),
+    )
     parser.add_argument(
         "--objectives",
         type=lambda v: v.split(","),

@@ -432,8 +432,11 @@ def run(
     objectives: list[str] | None = None,
     optuna: bool = True,
     docs: bool = True,
+    first_seed: int = 0,
 ) -> bool:
-    """Run the benchmark; True when every target is met on every objective."""
+    """Run the benchmark on seeds first_seed .. first_seed + seeds - 1; True when every target
+    is met on every objective. A part of a longer run (`first_seed` > 0) is recorded with the
+    other parts' raw files (`record_files`) rather than on its own."""
     if "adaptive_asha" not in SEARCH_METHODS or "random" not in SEARCH_METHODS:
         missing = [n for n in ("random", "adaptive_asha") if n not in SEARCH_METHODS]
         raise RuntimeError(f"{NAME}: detlab has no {' or '.join(missing)} searcher yet")
@@ -451,7 +454,8 @@ def run(
     pool = ProcessPoolExecutor(max_workers=os.cpu_count() or 1, initializer=_one_thread)
     for setup in chosen:
         t0 = time.monotonic()
-        results = list(pool.map(one_seed, [(setup.name, seed, optuna) for seed in range(seeds)]))
+        chunk = range(first_seed, first_seed + seeds)
+        results = list(pool.map(one_seed, [(setup.name, seed, optuna) for seed in chunk]))
         optimum = setup.make(0).optimum
         s = summarise(setup, results, optimum)
         summaries.append(s)
@@ -484,7 +488,14 @@ def run(
         {"summaries": summaries, "per_seed": per_seed},
         docs=False,
     )
-    if docs:
+    if docs and first_seed:
+        print(
+            f"{NAME}: seeds {first_seed}-{first_seed + seeds - 1} are a part: not recorded alone; "
+            "record the parts' raw files together: python -m bench.search_efficiency record "
+            "bench/results/search_efficiency-A.json bench/results/search_efficiency-B.json ...",
+            flush=True,
+        )
+    elif docs:
         record(summaries, time.strftime("%Y-%m-%d"))
     return ok
 
@@ -567,13 +578,67 @@ def provenance(stored: list[dict]) -> str:
 
 
 def record_files(paths: list[str]) -> bool:
-    """Record the raw results of `--no-docs` runs (bench/results/search_efficiency-*.json)."""
-    summaries: list[dict] = []
+    """Record the raw results of `--no-docs` runs (bench/results/search_efficiency-*.json).
+
+    An objective found in several files is summarised over the union of their seeds, so one
+    objective can be measured in parts (`--first-seed`), in several runs or sessions.
+    """
+    raws = []
     for path in paths:
         raw = json.loads(Path(path).read_text())
         when = time.strftime("%Y-%m-%d", time.localtime(Path(path).stat().st_mtime))
-        summaries += [{**s, "measured": s.get("measured", when)} for s in raw["summaries"]]
-    return record(summaries, time.strftime("%Y-%m-%d"))
+        raws.append((path, when, raw))
+    return record(combine(raws), time.strftime("%Y-%m-%d"))
+
+
+def combine(raws: list[tuple[str, str, dict]]) -> list[dict]:
+    """One summary per objective from raw results given as (path, date measured, raw).
+
+    Parts of one objective must come from the same searcher; a seed found in two parts must
+    have the same results in both (else they were measured differently and must not be mixed).
+    The combined summary names every CPU its parts ran on and the latest date.
+    """
+    parts: dict[str, list[tuple[str, dict, list[dict]]]] = {}
+    for path, when, raw in raws:
+        for s in raw["summaries"]:
+            name = s["objective"]
+            summary = {**s, "measured": s.get("measured", when)}
+            parts.setdefault(name, []).append((path, summary, raw["per_seed"][name]))
+    out = []
+    for name, found in parts.items():
+        if len(found) == 1:
+            out.append(found[0][1])
+            continue
+        searchers = sorted({str(summary.get("searcher")) for _p, summary, _r in found})
+        if len(searchers) > 1:
+            raise ValueError(
+                f"{name}: the files were measured on different searchers ({', '.join(searchers)});"
+                " record the newer one alone"
+            )
+        seeds: dict[int, tuple[str, dict]] = {}
+        for path, _summary, results in found:
+            for result in results:
+                seen = seeds.get(result["seed"])
+                if seen is not None and seen[1] != result:
+                    raise ValueError(
+                        f"{name}: seed {result['seed']} is in {seen[0]} and {path} with different "
+                        "results (another CPU or code?); record one of them"
+                    )
+                seeds[result["seed"]] = (path, result)
+        setup = next((s for s in setups() if s.name == name), None)
+        if setup is None:
+            raise ValueError(f"unknown objective {name!r} in {found[0][0]}")
+        summary = summarise(setup, [r for _seed, (_p, r) in sorted(seeds.items())], None)
+        first = found[0][1]
+        cpus = sorted({str(s.get("cpu", "CPU not recorded")) for _p, s, _r in found})
+        summary.update(
+            optimum=first["optimum"],
+            searcher=first.get("searcher"),
+            cpu=" + ".join(cpus),
+            measured=max(s["measured"] for _p, s, _r in found),
+        )
+        out.append(summary)
+    return out
 
 
 if __name__ == "__main__":

@@ -178,3 +178,71 @@ def test_the_cpu_line_names_the_model_and_avx512(tmp_path: Path, flags: str, exp
         f"processor\t: 1\nmodel name\t: EPYC 9B14\nflags\t\t: {flags}\n"
     )
     assert _report.cpu(info) == expected
+
+
+def seed_result(seed: int, asha: float, optuna: float) -> dict:
+    """One seed of a raw search_efficiency file (every method at `optuna` but ASHA)."""
+    best = {m: [1.0, 0.8, 0.6, 0.5, optuna] for m in METHODS} | {"asha": [1.0, 0.8, 0.6, 0.5, asha]}
+    return {
+        "seed": seed,
+        "budget": 30_000,
+        "rungs": [5, 16, 50, 150],
+        "best_at": best,
+        "trials": {m: 200 for m in METHODS},
+        "recommended": {m: optuna + 0.03 for m in METHODS} | {"asha": asha + 0.03},
+        "asha_to_random_final": 0.2,
+        "asha_random_to_random_final": 0.3,
+        "asha_tpe_to_random_final": 0.3,
+        "asha_natural": {
+            "trials": 981,
+            "budget_used": 30_000.0,
+            "makespan_1": 30_000.0,
+            "makespan_8": 3_900.0,
+            "best_1": 0.11,
+            "best_8": 0.11,
+            "shutdown": True,
+        },
+    }
+
+
+def raw_file(tmp_path: Path, name: str, results: list[dict], **summary: object) -> Path:
+    head = {"objective": "digits_mlp", "optimum": None, "searcher": "abc1234", "cpu": "CPU A"}
+    raw = {"summaries": [head | summary], "per_seed": {"digits_mlp": results}}
+    path = tmp_path / name
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_parts_of_one_objective_are_recorded_over_the_union_of_their_seeds(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    store, docs = files
+    a = raw_file(tmp_path, "a.json", [seed_result(0, 0.10, 0.11), seed_result(1, 0.12, 0.11)])
+    b = raw_file(
+        tmp_path,
+        "b.json",
+        [seed_result(1, 0.12, 0.11), seed_result(2, 0.09, 0.10), seed_result(3, 0.13, 0.10)],
+        cpu="CPU B",
+    )
+    search_efficiency.record_files([str(a), str(b)])
+    stored = json.loads(store.read_text())["digits_mlp"]
+    assert stored["seeds"] == 4  # seed 1, in both with the same results, counted once
+    assert stored["median_best_at"]["asha"][-1] == pytest.approx(0.11)  # of .10 .12 .09 .13
+    assert stored["median_best_at"]["optuna_sh"][-1] == pytest.approx(0.105)
+    assert stored["asha_vs_best_optuna"]["ahead"] == 2
+    assert stored["median_recommended"]["asha"] == pytest.approx(0.14)
+    assert stored["cpu"] == "CPU A + CPU B" and stored["searcher"] == "abc1234"
+    assert "median of 4 seeds" in docs.read_text()
+
+
+def test_parts_that_disagree_are_not_mixed(tmp_path: Path) -> None:
+    def parts(*paths: Path) -> list[tuple[str, str, dict]]:
+        return [(str(p), "2026-11-26", json.loads(p.read_text())) for p in paths]
+
+    a = raw_file(tmp_path, "a.json", [seed_result(0, 0.10, 0.11)])
+    other_searcher = raw_file(tmp_path, "b.json", [seed_result(1, 0.1, 0.1)], searcher="def5678")
+    with pytest.raises(ValueError, match=r"different searchers \(abc1234, def5678\)"):
+        search_efficiency.combine(parts(a, other_searcher))
+    other_result = raw_file(tmp_path, "c.json", [seed_result(0, 0.105, 0.11)])
+    with pytest.raises(ValueError, match=r"seed 0 is in .*a\.json and .*c\.json with different"):
+        search_efficiency.combine(parts(a, other_result))
