@@ -97,7 +97,8 @@ def publish(name: str, summary: str, rows: list[Row], raw: dict, docs: bool = Tr
     stamp = time.strftime("%Y%m%d-%H%M%S")
     raw_path = RESULTS / f"{name}-{stamp}.json"
     raw_path.write_text(json.dumps(raw, indent=2, default=str))
-    print(f"raw results: {raw_path.relative_to(ROOT)}")
+    shown = raw_path.relative_to(ROOT) if raw_path.is_relative_to(ROOT) else raw_path
+    print(f"raw results: {shown}")
     if docs:
         write_section(name, summary, rows)
 

@@ -465,7 +465,7 @@ def run(
         ok = ok and all(x is not False for x in v.values())
         rec = s["median_recommended"] or {}
         expected = ", ".join(
-            f"{LABELS[m]} {v:.4f}" for m, v in rec.items() if m == "asha" or "optuna" in m
+            f"{LABELS[m]} {value:.4f}" for m, value in rec.items() if m == "asha" or "optuna" in m
         )
         print(
             f"  {setup.name}: {time.monotonic() - t0:.1f} s; ASHA reaches random's final best "

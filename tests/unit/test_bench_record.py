@@ -246,3 +246,35 @@ def test_parts_that_disagree_are_not_mixed(tmp_path: Path) -> None:
     other_result = raw_file(tmp_path, "c.json", [seed_result(0, 0.105, 0.11)])
     with pytest.raises(ValueError, match=r"seed 0 is in .*a\.json and .*c\.json with different"):
         search_efficiency.combine(parts(a, other_result))
+
+
+def test_a_seed_range_runs_for_real_and_a_part_is_not_recorded_alone(
+    files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small real run: every detlab method on seeds 3-4 of 3-D Hartmann at a tiny budget."""
+    pytest.importorskip("optuna")
+    from bench.objectives.hartmann import OPTIMUM, MFHartmann
+
+    store, docs = files
+    small = search_efficiency.Setup(
+        "mfh3_good", lambda seed: MFHartmann(3, "good", seed=seed), random_trials=6, asha_trials=30
+    )
+    monkeypatch.setattr(search_efficiency, "setups", lambda: [small])  # inherited by the pool
+    monkeypatch.setattr(_report, "RESULTS", tmp_path / "results")
+    search_efficiency.run(seeds=2, objectives=["mfh3_good"], optuna=False, first_seed=3)
+    assert not store.exists() and not docs.exists()  # a part: recorded with the other parts
+    (raw_path,) = (tmp_path / "results").iterdir()
+    raw = json.loads(raw_path.read_text())
+    per_seed = raw["per_seed"]["mfh3_good"]
+    assert [s["seed"] for s in per_seed] == [3, 4]
+    for s in per_seed:
+        assert set(s["recommended"]) == {"random", "asha", "asha_tpe", "asha_random"}
+        for method, value in s["recommended"].items():
+            # The best trial's configuration, noise-free at full fidelity: never worse than the
+            # (biased, noisy) value the search observed for it, never better than the optimum.
+            assert OPTIMUM[3] - 1e-5 <= value <= s["best_at"][method][-1] + 1e-9
+    (summary,) = raw["summaries"]
+    assert summary["seeds"] == 2 and summary["best_optuna"] is None
+    assert summary["median_recommended"]["asha"] == pytest.approx(
+        search_efficiency.median([s["recommended"]["asha"] for s in per_seed])
+    )
