@@ -46,9 +46,13 @@ class SearchResult:
     validations: int = 0
     shutdown: bool = False  # the searcher (or Optuna side) ended the search itself
     best: float = math.inf
-    best_hparams: dict[str, Any] | None = None
     # (budget used, hparams) each time the best improved: what the search would recommend
     incumbents: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def best_hparams(self) -> dict[str, Any] | None:
+        """The hyperparameters of the best validation so far (None: none yet)."""
+        return self.incumbents[-1][1] if self.incumbents else None
 
     def best_at(self, budget: float) -> float:
         """The best metric among validations completed within `budget` (inf: none yet)."""
@@ -82,7 +86,7 @@ class SearchResult:
     def _record(self, used: float, now: float, metric: float, hparams: dict[str, Any]) -> None:
         self.validations += 1
         if metric < self.best:
-            self.best, self.best_hparams = metric, hparams
+            self.best = metric
             self.incumbents.append((used, hparams))
         self.points.append((used, now, self.best))
 

@@ -134,6 +134,11 @@ class _Run:
         return value if math.isfinite(value) and value < DIVERGED else DIVERGED
 
 
+def _config(hparams: dict[str, Any]) -> tuple[float, int, float]:
+    """A configuration as a memo key (the trial seed is added for a trial's key)."""
+    return (float(hparams["lr"]), int(hparams["hidden"]), float(hparams["dropout"]))
+
+
 @dataclass
 class DigitsTrial:
     objective: DigitsMLP
@@ -168,8 +173,7 @@ class DigitsMLP:
     _expected: dict[tuple, float] = field(default_factory=dict, repr=False)
 
     def trial(self, hparams: dict[str, Any], seed: int) -> DigitsTrial:
-        key = (float(hparams["lr"]), int(hparams["hidden"]), float(hparams["dropout"]), seed)
-        return DigitsTrial(self, key, hparams, seed)
+        return DigitsTrial(self, (*_config(hparams), seed), hparams, seed)
 
     def expected_value(self, hparams: dict[str, Any]) -> float:
         """The mean validation loss at max_length over `expected_seeds` fresh trial seeds.
@@ -177,7 +181,7 @@ class DigitsMLP:
         Memoised per configuration, and kept apart from the search's memo and its
         `computed_batches` (this is the figure's cost, not the search's).
         """
-        key = self.trial(hparams, 0).key[:-1]
+        key = _config(hparams)
         if key not in self._expected:
             values = []
             for k in range(self.expected_seeds):
