@@ -586,6 +586,10 @@ def record_files(paths: list[str]) -> bool:
     raws = []
     for path in paths:
         raw = json.loads(Path(path).read_text())
+        if not isinstance(raw, dict) or not {"summaries", "per_seed"} <= raw.keys():
+            raise ValueError(
+                f"{path} is not a {NAME} raw results file (it needs 'summaries' and 'per_seed')"
+            )
         when = time.strftime("%Y-%m-%d", time.localtime(Path(path).stat().st_mtime))
         raws.append((path, when, raw))
     return record(combine(raws), time.strftime("%Y-%m-%d"))
@@ -646,4 +650,8 @@ if __name__ == "__main__":
 
     if sys.argv[1:2] != ["record"] or len(sys.argv) < 3:
         sys.exit("usage: python -m bench.search_efficiency record RESULTS.json [RESULTS.json ...]")
-    sys.exit(0 if record_files(sys.argv[2:]) else 1)
+    try:
+        met = record_files(sys.argv[2:])
+    except (OSError, ValueError) as e:  # a missing, unreadable, foreign or mismatched file
+        sys.exit(f"record: nothing recorded: {type(e).__name__}: {e}")
+    sys.exit(0 if met else 1)

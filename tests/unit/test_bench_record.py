@@ -235,6 +235,17 @@ def test_parts_of_one_objective_are_recorded_over_the_union_of_their_seeds(
     assert "median of 4 seeds" in docs.read_text()
 
 
+def test_a_file_that_is_not_raw_results_is_refused_by_name(
+    files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    store, _docs = files
+    other = tmp_path / "other.json"
+    other.write_text('{"rows": []}')
+    with pytest.raises(ValueError, match=r"other\.json is not a search_efficiency raw results"):
+        search_efficiency.record_files([str(other)])
+    assert not store.exists()  # nothing recorded
+
+
 def test_parts_that_disagree_are_not_mixed(tmp_path: Path) -> None:
     def parts(*paths: Path) -> list[tuple[str, str, dict]]:
         return [(str(p), "2026-11-26", json.loads(p.read_text())) for p in paths]
