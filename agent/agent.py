@@ -21,13 +21,18 @@ from agent.devices import Slot, sample_stats
 from agent.logs import LogShipper
 from agent.modeldef import ModelDefCache
 from agent.runtime import EXITED, Runtime
+from detlab.protocol import (
+    ActionType,
+    AllocationReport,
+    PollReply,
+    PollRequest,
+    ProtocolError,
+    ReportedState,
+    SlotReport,
+)
 from harness.api import DetError, Forbidden, Unauthenticated
 
 log = logging.getLogger(__name__)
-
-
-class FatalAgentError(Exception):
-    """The agent cannot work at all (e.g. the master rejects its token)."""
 
 
 class Agent:
@@ -100,31 +105,44 @@ class Agent:
 
     # -- polling --
 
-    def payload(self, wait: float) -> dict[str, Any]:
-        """The poll body: who we are, our slots with fresh stats, every allocation we have."""
+    def payload(self, wait: float) -> PollRequest:
+        """The poll: who we are, our slots with fresh stats, every allocation we have."""
         try:
             stats = sample_stats(self.slots)
         except Exception as e:  # statistics are nice to have; never worth a missed heartbeat
             log.debug("cannot sample slot stats: %s", e)
             stats = [{} for _ in self.slots]
-        return {
-            "resource_pool": self.resource_pool,
-            "version": __version__,
-            "runtime": self.runtime.name,
-            "hostname": self.hostname,
-            "slots": [{**slot, "stats": st} for slot, st in zip(self.slots, stats, strict=True)],
-            "allocations": self.runtime.states(),
-            "wait": wait,
-        }
+        return PollRequest(
+            resource_pool=self.resource_pool,
+            version=__version__,
+            runtime=self.runtime.name,
+            hostname=self.hostname,
+            slots=tuple(
+                SlotReport.parse({**slot, "stats": st}, f"slots[{i}]")
+                for i, (slot, st) in enumerate(zip(self.slots, stats, strict=True))
+            ),
+            allocations=tuple(
+                AllocationReport.parse(a, f"allocations[{i}]")
+                for i, a in enumerate(self.runtime.states())
+            ),
+            wait=wait,
+        )
 
-    def _poll(self, wait: float, deadline: float | None = None) -> dict[str, Any]:
+    def _poll(self, wait: float, deadline: float | None = None) -> PollReply:
         body = self.payload(wait)
-        reply = self.client.poll(body, deadline=deadline)
+        raw = self.client.poll(body.to_json(), deadline=deadline)
         self.polls += 1
         # The master has now seen these exits: the agent may let go of them.
-        for alloc in body["allocations"]:
-            if alloc["state"] == EXITED:
-                self.runtime.forget(alloc["id"])
+        for alloc in body.allocations:
+            if alloc.state == ReportedState.EXITED:
+                self.runtime.forget(alloc.id)
+        try:
+            reply, errors = PollReply.parse(raw)
+        except ProtocolError as e:
+            log.error("the master's reply does not follow the protocol: %s", e)
+            return PollReply()
+        for err in errors:
+            log.error("ignoring an action that does not follow the protocol: %s", err)
         return reply
 
     def _poll_loop(self) -> None:
@@ -159,9 +177,8 @@ class Agent:
                 registered = True
             backoff.reset()
             self.apply(reply)
-            interval = _float(reply.get("poll_interval"))
-            if interval > 0:
-                self.stopping.wait(interval)
+            if reply.poll_interval > 0:
+                self.stopping.wait(reply.poll_interval)
 
     def _report_loop(self) -> None:
         changed = self.runtime.changed
@@ -192,24 +209,22 @@ class Agent:
 
     # -- actions --
 
-    def apply(self, reply: dict[str, Any]) -> None:
-        """Carry out a poll reply's actions; a bad action is logged, never fatal."""
-        for action in reply.get("actions") or []:
+    def apply(self, reply: PollReply) -> None:
+        """Carry out a poll reply's actions; a failing action is logged, never fatal."""
+        for action in reply.actions:
             try:
-                kind = action.get("type")
-                if kind == "start":
-                    self._start(action["spec"])
-                elif kind == "kill":
-                    aid = str(action["allocation_id"])
+                if action.type == ActionType.START and action.spec is not None:
+                    self._start(action.spec.to_json())
+                elif action.type == ActionType.KILL:
+                    aid = action.allocation_id
                     if any(a["id"] == aid and a["state"] != EXITED for a in self.runtime.states()):
                         log.info("kill %s", aid)
                     self.runtime.kill(aid)
-                else:
-                    log.warning("ignoring unknown action %r", kind)
             except Exception:
                 log.exception("cannot apply action %r", action)
 
     def _start(self, spec: dict[str, Any]) -> None:
+        # The runtimes take the start spec as its JSON form (StartSpec.to_json()).
         aid = str(spec["allocation_id"])
         if self.stopping.is_set() or not self.runtime.reserve(aid):
             log.debug("start %s: already known, ignored", aid)
@@ -232,10 +247,3 @@ class Agent:
         except Exception as e:
             log.exception("allocation %s failed to start", aid)
             self.runtime.fail(aid, 1, f"the agent failed to start the trial: {e}")
-
-
-def _float(value: Any) -> float:
-    try:
-        return float(value or 0)
-    except (TypeError, ValueError):
-        return 0.0

@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from harness.api import APIError, MasterUnreachable, Session
-from harness.api._session import API_PREFIX
+from harness.api import API_PREFIX, APIError, MasterUnreachable, Session
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -25,6 +26,8 @@ LogLine = dict[str, Any]
 
 class LogClient(Protocol):
     def ship_logs(self, lines: list[LogLine]) -> None: ...
+
+    def log_tail(self, allocation_id: str, limit: int = 2000) -> list[LogLine]: ...
 
 
 def now_iso() -> str:
@@ -55,6 +58,17 @@ class LogShipper:
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)
         self.shipped = 0  # lines delivered, for tests and the curious
+        self._listeners: list[Callable[[list[LogLine]], None]] = []
+
+    # -- what runtimes may ask of the shipper (agent.runtime.LogDelivery) --
+
+    def on_delivered(self, listener: Callable[[list[LogLine]], None]) -> None:
+        """Call `listener(batch)` after each batch the master accepted (in shipping order)."""
+        self._listeners.append(listener)
+
+    def stored_tail(self, allocation_id: str, limit: int = 2000) -> list[LogLine]:
+        """The newest lines the master stored for an allocation from this agent, oldest first."""
+        return self.client.log_tail(allocation_id, limit)
 
     def start(self) -> LogShipper:
         self._thread.start()
@@ -169,4 +183,9 @@ class LogShipper:
                     return
                 continue
             self.shipped += len(batch)
+            for listener in self._listeners:
+                try:
+                    listener(batch)
+                except Exception:  # bookkeeping must never break log shipping
+                    log.exception("a delivery listener failed")
             return

@@ -19,11 +19,12 @@ from agent.devices import discover_slots
 from agent.logs import LogShipper
 from agent.modeldef import ModelDefCache
 from agent.runtime import Runtime, RuntimeContext
+from detlab.constants import DEFAULT_MASTER_URL
 from harness.api import Session
 
 log = logging.getLogger("agent")
 
-DEFAULT_MASTER = "http://127.0.0.1:8080"
+DEFAULT_MASTER = DEFAULT_MASTER_URL
 TOKEN_FILE = "agent_token"
 RUNTIMES = ("auto", "docker", "process")
 
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         agent_id=args.agent_id,
         slots=slots,
         log_sink=shipper.add,
+        log_delivery=shipper,
         kill_grace=args.kill_grace,
         keep_workdirs=keep,
         warm_start=args.warm_start,

@@ -30,6 +30,7 @@ from bench._cluster import (
     wait_for,
 )
 from bench._report import Row, percentile, publish
+from detlab.protocol import PROTOCOL_VERSION
 from harness.api import Session
 from harness.api.client import Client
 
@@ -59,6 +60,7 @@ def _slots(i: int) -> list[dict]:
 
 def _poll_body(i: int) -> dict:
     return {
+        "protocol": PROTOCOL_VERSION,
         "resource_pool": "sim",
         "version": "0.1.0",
         "runtime": "process",

@@ -1,4 +1,10 @@
-"""The application factory."""
+"""The application factory, and the explicit step that makes an app the cluster's master.
+
+`create_app` builds the Flask app and nothing else: no database access, no threads. Then
+`prepare_database` applies migrations and creates the first admin, and `start_master` (what
+det-master runs) takes the database's master lock, prepares the database and starts the
+background work (the scheduling kicker and the APScheduler jobs).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,11 @@ import logging
 
 from flask import Flask
 from sqlalchemy import event
+from sqlalchemy.orm import Session
 
 from master.auth import authenticate, load_or_create_agent_token
 from master.config import MasterConfig
+from master.context import init_master_state, master_state
 from master.db import db
 from master.errors import register_error_handlers
 
@@ -21,11 +29,10 @@ def _engine_options(url: str, threads: int) -> dict:
     return {"pool_size": 16, "max_overflow": max(16, threads), "pool_pre_ping": True}
 
 
-def create_app(config: MasterConfig, *, start_background: bool = True) -> Flask:
-    """Build the master: DB (migrated), auth, API, and the background jobs."""
+def create_app(config: MasterConfig) -> Flask:
+    """Build the master's app: configuration, database binding, auth and the API."""
     from master.api import register_api
-    from master.bootstrap import ensure_admin
-    from master.migrate import upgrade
+    from master.services.allocations import after_commit
 
     app = Flask("master")
     config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -38,48 +45,58 @@ def create_app(config: MasterConfig, *, start_background: bool = True) -> Flask:
         AGENT_TOKEN=load_or_create_agent_token(config.data_dir),
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    if start_background:  # this process runs the cluster: it must be the database's only master
-        from master.instance_lock import MasterLock
-
-        lock = MasterLock(config.db_url)
-        app.extensions["det_master_lock"] = lock
-        lock.watch(_stop_master)
+    init_master_state(app, config)
     db.init_app(app)
+    if not event.contains(Session, "after_commit", after_commit):
+        event.listen(Session, "after_commit", after_commit)
+    register_error_handlers(app)
+    app.before_request(authenticate)
+    register_api(app)
+    return app
+
+
+def prepare_database(app: Flask) -> None:
+    """Bring the schema to this code's version and make sure an admin exists."""
+    from master.bootstrap import ensure_admin
+    from master.migrate import upgrade
+
     with app.app_context():
         if db.engine.dialect.name == "sqlite":
             event.listen(db.engine, "connect", _sqlite_pragmas)
             db.engine.dispose()
         upgrade(db.engine)
         ensure_admin()
+
+
+def start_master(app: Flask) -> None:
+    """Make this process the database's only master and start its background work.
+
+    Raises `MasterAlreadyRunning` when another master holds the database.
+    """
+    from master.background import start_jobs
+    from master.instance_lock import MasterLock
+    from master.services.kicker import Kicker
+
+    with app.app_context():
+        state = master_state()
+    lock = MasterLock(state.config.db_url)  # two schedulers on one database would double-book
+    state.master_lock = lock
+    lock.watch(_stop_master)
+    prepare_database(app)
+    with app.app_context():
         _grace_for_agents()
-    from sqlalchemy.orm import Session
-
-    from master.services.scheduling import after_commit
-
-    if not event.contains(Session, "after_commit", after_commit):
-        event.listen(Session, "after_commit", after_commit)
-    register_error_handlers(app)
-    app.before_request(authenticate)
-    register_api(app)
-    if start_background:
-        from master.jobs import start_jobs
-        from master.services.scheduling import Kicker
-
-        kicker = Kicker(app)
-        kicker.start()
-        app.extensions["det_kicker"] = kicker
-        app.extensions["det_jobs"] = start_jobs(app)
-        kicker.kick()
-    return app
+    state.kicker = Kicker(app)
+    state.kicker.start()
+    state.jobs = start_jobs(app, state)
+    state.kicker.kick()
 
 
 def _stop_master(why: str) -> None:
     """The database now belongs to another master: stop rather than schedule alongside it."""
-    import logging
     import os
     import signal
 
-    logging.getLogger("detlab.master").critical("stopping: %s", why)
+    log.critical("stopping: %s", why)
     os.kill(os.getpid(), signal.SIGTERM)
 
 
@@ -87,9 +104,10 @@ def _grace_for_agents() -> None:
     """The master was down, not the agents: give each a full timeout to poll again."""
     from master.db import utcnow
     from master.models import Agent
+    from master.states import AgentState
 
     db.session.execute(
-        Agent.__table__.update().where(Agent.state == "ACTIVE").values(last_seen=utcnow())
+        Agent.__table__.update().where(Agent.state == AgentState.ACTIVE).values(last_seen=utcnow())
     )
     db.session.commit()
 

@@ -62,7 +62,7 @@ def new_token(*, user_id: int | None = None, allocation_id: str | None = None) -
     return token
 
 
-class _TokenCache:
+class TokenCache:
     """Resolved tokens for a few seconds: the metrics hot path must not query per request."""
 
     TTL = 5.0
@@ -95,7 +95,10 @@ class _TokenCache:
             self._items.pop(digest, None)
 
 
-token_cache = _TokenCache()
+def token_cache() -> TokenCache:
+    from master.context import master_state
+
+    return master_state().tokens
 
 
 def revoke_allocation_tokens(allocation_id: str) -> None:
@@ -105,7 +108,7 @@ def revoke_allocation_tokens(allocation_id: str) -> None:
         .where(AuthToken.allocation_id == allocation_id)
         .values(revoked=True)
     )
-    token_cache.evict_allocation(allocation_id)
+    token_cache().evict_allocation(allocation_id)
 
 
 def revoke_token(token: str) -> None:
@@ -113,7 +116,7 @@ def revoke_token(token: str) -> None:
     db.session.execute(
         AuthToken.__table__.update().where(AuthToken.token_hash == digest).values(revoked=True)
     )
-    token_cache.evict(digest)
+    token_cache().evict(digest)
 
 
 def bearer_token() -> str | None:
@@ -128,7 +131,7 @@ def resolve(token: str) -> Principal:
     if hmac.compare_digest(token.encode(), agent_token.encode()):
         return Principal(kind="agent")
     digest = _digest(token)
-    cached = token_cache.get(digest)
+    cached = token_cache().get(digest)
     if cached:
         return cached
     row = db.session.execute(
@@ -161,7 +164,7 @@ def resolve(token: str) -> Principal:
             trial_id=trial.id,
             experiment_id=trial.experiment_id,
         )
-    token_cache.put(digest, p)
+    token_cache().put(digest, p)
     return p
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from detlab.constants import MAX_MODEL_DEF_BYTES
+
 
 class MasterConfigError(ValueError):
     pass
@@ -40,9 +42,7 @@ class MasterConfig:
     scheduling_interval: float = 2.0
     # A trial that ignores the preemption signal this long is killed.
     preemption_timeout: float = 60.0
-    max_model_def_bytes: int = 96 * 1024 * 1024
-    # Wait this long after telling an agent to start before treating a missing report as lost.
-    start_timeout: float = 60.0
+    max_model_def_bytes: int = MAX_MODEL_DEF_BYTES
     server_threads: int = 128
     checkpoint_storage: dict[str, Any] | None = None
     resource_pools: list[ResourcePoolConfig] = field(default_factory=lambda: [ResourcePoolConfig()])
@@ -97,7 +97,7 @@ def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfi
         if value is not None:
             setattr(cfg, key, value)
     cfg.data_dir = Path(cfg.data_dir).expanduser()
-    for key in ("agent_timeout", "scheduling_interval", "preemption_timeout", "start_timeout"):
+    for key in ("agent_timeout", "scheduling_interval", "preemption_timeout"):
         val = getattr(cfg, key)
         if not isinstance(val, int | float) or isinstance(val, bool) or val <= 0:
             raise MasterConfigError(f"master config: {key} must be a positive number, got {val!r}")

@@ -47,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from waitress import create_server
 
-    from master.app import create_app
+    from master.app import create_app, start_master
     from master.instance_lock import MasterAlreadyRunning
 
     try:
         app = create_app(cfg)
+        start_master(app)
     except MasterAlreadyRunning as e:
         print(f"det-master: {e}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ Everything an agent or a trial knows can be rebuilt from these rows.
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -13,6 +14,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Enum,
     Float,
     ForeignKey,
     Index,
@@ -25,11 +27,25 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from detlab.protocol import ExitCause
 from master.db import BigIntPK, db, utcnow
+from master.states import AgentState, AllocationState, State
 
 # JSONB on PostgreSQL (compact, indexable), plain JSON text elsewhere.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 TZ = DateTime(timezone=True)
+
+
+def _state_column(enum: type[StrEnum], length: int) -> Enum:
+    """An enum column stored as its value in plain text (no database enum type to migrate)."""
+    return Enum(
+        enum,
+        native_enum=False,
+        create_constraint=False,
+        length=length,
+        values_callable=lambda e: [m.value for m in e],
+        validate_strings=True,
+    )
 
 
 class User(db.Model):
@@ -66,7 +82,9 @@ class AuthToken(db.Model):
 class Agent(db.Model):
     __tablename__ = "agents"
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    state: Mapped[str] = mapped_column(String(16), default="ACTIVE")
+    state: Mapped[AgentState] = mapped_column(
+        _state_column(AgentState, 16), default=AgentState.ACTIVE
+    )
     resource_pool: Mapped[str] = mapped_column(String(128), default="default")
     hostname: Mapped[str | None] = mapped_column(String(256))
     runtime: Mapped[str | None] = mapped_column(String(32))
@@ -103,7 +121,7 @@ class Experiment(db.Model):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(512))
     description: Mapped[str | None] = mapped_column(Text)
-    state: Mapped[str] = mapped_column(String(32), index=True)
+    state: Mapped[State] = mapped_column(_state_column(State, 32), index=True)
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     config: Mapped[dict] = mapped_column(JSONType)
     original_config: Mapped[str] = mapped_column(Text)
@@ -135,7 +153,7 @@ class Trial(db.Model):
         ForeignKey("experiments.id", ondelete="CASCADE"), index=True
     )
     request_id: Mapped[str] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(32), index=True)
+    state: Mapped[State] = mapped_column(_state_column(State, 32), index=True)
     hparams: Mapped[dict] = mapped_column(JSONType)
     seed: Mapped[int] = mapped_column(BigInteger)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
@@ -162,17 +180,19 @@ class Allocation(db.Model):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
     agent_id: Mapped[str | None] = mapped_column(String(128), index=True)
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[AllocationState] = mapped_column(_state_column(AllocationState, 16), index=True)
     slot_indexes: Mapped[list] = mapped_column(JSONType, default=list)
-    # One container (process) per agent: {agent_id: {"rank", "slots", "state", "exit_code",
-    # "error", "kill"}}; a trial whose slots span agents has several.
+    # One container (process) per agent: {agent_id: {"rank", "slots", "started_at", "exited",
+    # "exit_code", "error", "kill"}}; a trial whose slots span agents has several. A container's
+    # state is derived from these facts (`master.states.container_state`), never stored.
     containers: Mapped[dict | None] = mapped_column(JSONType)
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     preempt_requested_at: Mapped[datetime | None] = mapped_column(TZ)
-    preempt_acked: Mapped[bool] = mapped_column(Boolean, default=False)
     kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     exit_code: Mapped[int | None] = mapped_column(Integer)
     exit_reason: Mapped[str | None] = mapped_column(Text)
+    # Why it ended when not by the trial's own exit code (the agent's report, or the master's).
+    exit_cause: Mapped[ExitCause | None] = mapped_column(_state_column(ExitCause, 32))
     created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(TZ)
     ended_at: Mapped[datetime | None] = mapped_column(TZ)
@@ -230,3 +250,29 @@ class TaskLog(db.Model):
     timestamp: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     stream: Mapped[str] = mapped_column(String(8))
     line: Mapped[str] = mapped_column(Text)
+
+
+class StateChange(db.Model):
+    """Why each entity changed state: written by `master.services.transitions` alone."""
+
+    __tablename__ = "state_changes"
+    __table_args__ = (Index("ix_state_changes_entity", "entity", "entity_id", "id"),)
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    entity: Mapped[str] = mapped_column(String(16))
+    entity_id: Mapped[str] = mapped_column(String(128))
+    from_state: Mapped[str | None] = mapped_column(String(32))
+    to_state: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+
+    def to_json(self) -> dict[str, Any]:
+        from master.db import iso
+
+        return {
+            "entity": self.entity,
+            "id": self.entity_id,
+            "from": self.from_state,
+            "to": self.to_state,
+            "reason": self.reason,
+            "at": iso(self.at),
+        }

@@ -37,7 +37,11 @@ class Hub:
             )
 
 
-hub = Hub()
+def hub() -> Hub:
+    """The current master's hub (per app: two masters in one process never wake each other)."""
+    from master.context import master_state
+
+    return master_state().hub
 
 
 def agent_key(agent_id: str) -> str:

@@ -1,15 +1,23 @@
-"""The one state machine for experiments and trials (pure: no I/O).
+"""Every entity's states and the transitions between them (pure: no I/O).
 
-Experiment and trial share the same states. An ACTIVE trial is shown as QUEUED, STARTING or
-RUNNING depending on its allocation (see `trial_display_state`).
+One enum and one transition table per entity. Nothing here writes: the only writers are the
+functions in `master.services.transitions`, which check a change against these tables and record
+why it happened. Experiment and trial share the same states; an ACTIVE trial is shown as QUEUED,
+STARTING or RUNNING depending on its allocation (see `trial_display_state`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import TypeVar
+
+from detlab.constants import TERMINAL_STATES
 
 
 class State(StrEnum):
+    """An experiment's or a trial's state."""
+
     ACTIVE = "ACTIVE"
     PAUSED = "PAUSED"
     STOPPING_COMPLETED = "STOPPING_COMPLETED"
@@ -20,15 +28,39 @@ class State(StrEnum):
     ERROR = "ERROR"
 
 
-TERMINAL = frozenset({State.COMPLETED, State.CANCELED, State.ERROR})
+class AllocationState(StrEnum):
+    """An allocation is one attempt to run a trial on a set of slots."""
+
+    ASSIGNED = "ASSIGNED"  # slots reserved, agent told to start
+    RUNNING = "RUNNING"  # the agent reported the process/container running
+    TERMINATED = "TERMINATED"  # it exited (see exit_code / exit_reason)
+
+
+class AgentState(StrEnum):
+    ACTIVE = "ACTIVE"  # polling; its slots are offered to the scheduler
+    LOST = "LOST"  # stopped polling for `agent_timeout`; its allocations failed
+
+
+class ContainerState(StrEnum):
+    """One agent's part of an allocation. Derived from the container's facts, never stored."""
+
+    ASSIGNED = "ASSIGNED"
+    RUNNING = "RUNNING"
+    EXITED = "EXITED"
+
+
+TERMINAL = frozenset(State(s) for s in TERMINAL_STATES)
 STOPPING = frozenset({State.STOPPING_COMPLETED, State.STOPPING_CANCELED, State.STOPPING_ERROR})
 STOPPING_TO_TERMINAL = {
     State.STOPPING_COMPLETED: State.COMPLETED,
     State.STOPPING_CANCELED: State.CANCELED,
     State.STOPPING_ERROR: State.ERROR,
 }
+LIVE_ALLOCATION = (AllocationState.ASSIGNED, AllocationState.RUNNING)
 
 # Legal transitions. A stopping state may be overtaken by a "stronger" stop (kill beats complete).
+# A paused experiment may still be told to stop by its searcher (a trial that reported its last
+# result while pausing) and then finishes like an active one.
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.ACTIVE: frozenset(
         {
@@ -42,7 +74,15 @@ TRANSITIONS: dict[State, frozenset[State]] = {
         }
     ),
     State.PAUSED: frozenset(
-        {State.ACTIVE, State.STOPPING_CANCELED, State.CANCELED, State.ERROR, State.STOPPING_ERROR}
+        {
+            State.ACTIVE,
+            State.STOPPING_COMPLETED,
+            State.STOPPING_CANCELED,
+            State.STOPPING_ERROR,
+            State.COMPLETED,
+            State.CANCELED,
+            State.ERROR,
+        }
     ),
     State.STOPPING_COMPLETED: frozenset(
         {State.COMPLETED, State.STOPPING_CANCELED, State.STOPPING_ERROR, State.ERROR}
@@ -52,6 +92,17 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.COMPLETED: frozenset(),
     State.CANCELED: frozenset(),
     State.ERROR: frozenset(),
+}
+
+ALLOCATION_TRANSITIONS: dict[AllocationState, frozenset[AllocationState]] = {
+    AllocationState.ASSIGNED: frozenset({AllocationState.RUNNING, AllocationState.TERMINATED}),
+    AllocationState.RUNNING: frozenset({AllocationState.TERMINATED}),
+    AllocationState.TERMINATED: frozenset(),
+}
+
+AGENT_TRANSITIONS: dict[AgentState, frozenset[AgentState]] = {
+    AgentState.ACTIVE: frozenset({AgentState.LOST}),
+    AgentState.LOST: frozenset({AgentState.ACTIVE}),  # it polled again
 }
 
 # The user-facing actions and which states they start from.
@@ -73,13 +124,22 @@ def can_transition(src: State | str, dst: State | str) -> bool:
     return State(dst) in TRANSITIONS[State(src)]
 
 
-def check_transition(kind: str, ident: int | str, src: State | str, dst: State | str) -> State:
-    src, dst = State(src), State(dst)
+S = TypeVar("S", bound=StrEnum)
+
+
+def check_in_table(
+    table: Mapping[S, frozenset[S]], kind: str, ident: int | str, src: S, dst: S
+) -> S:
+    """`dst` when `src -> dst` is legal (or no change); IllegalTransition naming both otherwise."""
     if src == dst:
         return dst
-    if dst not in TRANSITIONS[src]:
+    if dst not in table[src]:
         raise IllegalTransition(f"{kind} {ident} is {src.value}; it cannot become {dst.value}")
     return dst
+
+
+def check_transition(kind: str, ident: int | str, src: State | str, dst: State | str) -> State:
+    return check_in_table(TRANSITIONS, kind, ident, State(src), State(dst))
 
 
 def check_action(kind: str, ident: int | str, state: State | str, action: str) -> None:
@@ -103,12 +163,9 @@ def is_terminal(state: State | str) -> bool:
     return State(state) in TERMINAL
 
 
-class AllocationState(StrEnum):
-    """An allocation is one attempt to run a trial on a set of slots."""
-
-    ASSIGNED = "ASSIGNED"  # slots reserved, agent told to start
-    RUNNING = "RUNNING"  # the agent reported the process/container running
-    TERMINATED = "TERMINATED"  # it exited (see exit_code / exit_reason)
+def terminal_for(state: State) -> State:
+    """Where an idle trial ends when its experiment stops in `state` (a stopping state)."""
+    return State.COMPLETED if STOPPING_TO_TERMINAL[state] == State.COMPLETED else State.CANCELED
 
 
 def trial_display_state(state: State | str, allocation_state: str | None) -> str:
@@ -120,3 +177,15 @@ def trial_display_state(state: State | str, allocation_state: str | None) -> str
     if allocation_state == AllocationState.ASSIGNED:
         return "STARTING"
     return "RUNNING"
+
+
+def container_state(container: Mapping[str, object]) -> ContainerState:
+    """A container's state from its facts: it exited, it started, or it is still assigned.
+
+    Rows written before the state was derived carry a "state" key; it is read as a fact too.
+    """
+    if container.get("exited") or container.get("state") == "EXITED":
+        return ContainerState.EXITED
+    if container.get("started_at") or container.get("state") == "RUNNING":
+        return ContainerState.RUNNING
+    return ContainerState.ASSIGNED

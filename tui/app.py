@@ -20,7 +20,9 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.screen import ModalScreen, Screen
 
+from detlab.constants import DEFAULT_MASTER_URL
 from harness.api import DetError, NotFound
+from tui.api import ClusterAPI
 from tui.data import JSON, Freshness, History, Poller
 from tui.screens.cluster import ClusterScreen, agent_rows, slot_key, slot_rows, summarize
 from tui.screens.common import Help, Prompt, ViewScreen, key_label
@@ -33,7 +35,7 @@ from tui.screens.trial import TrialScreen
 from tui.widgets.header import HeaderBar, Summary, header_text
 from tui.widgets.table import Row, RowCache, column_widths
 
-DEFAULT_MASTER = "http://127.0.0.1:8080"
+DEFAULT_MASTER = DEFAULT_MASTER_URL
 VIEWS = {
     "gpu": "cluster",
     "gpus": "cluster",
@@ -100,7 +102,7 @@ class DetTUI(App):
 
     def __init__(
         self,
-        api: Any,
+        api: ClusterAPI,
         *,
         readonly: bool = False,
         start: tuple[str, int | None] = ("experiments", None),
@@ -438,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.demo:
         from tui.fake import NOW, FakeClient
 
-        api: Any = FakeClient()
+        api: ClusterAPI = FakeClient()
         clock = lambda: NOW  # noqa: E731 - the demo's timestamps are fixed
     else:
         master = args.master or os.environ.get("DET_MASTER") or DEFAULT_MASTER

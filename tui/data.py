@@ -1,9 +1,8 @@
 """The TUI's data layer: background pollers over the shared `Client`, and pure formatting helpers.
 
 Nothing here touches the screen. Every network call runs in a worker thread (`Poller`); results go
-back to the UI thread with `App.call_from_thread`. The API object is anything with the methods of
-`harness.api.client.Client` that the views use (`API_METHODS`), so tests and snapshots swap in a
-fixed-data fake (`tui.fake.FakeClient`).
+back to the UI thread with `App.call_from_thread`. The API object is a `tui.api.ClusterAPI`: the
+real `harness.api.Client`, or the fixed-data fake (`tui.fake.FakeClient`) in tests and snapshots.
 """
 
 from __future__ import annotations
@@ -23,24 +22,6 @@ if TYPE_CHECKING:
 
 JSON = dict[str, Any]
 
-API_METHODS = (
-    "me",
-    "list_agents",
-    "job_queues",
-    "update_job",
-    "list_experiments",
-    "describe_experiment",
-    "get_trial",
-    "trial_logs",
-    "list_trial_checkpoints",
-    "metric_names",
-    "metric_series",
-    "pause_experiment",
-    "activate_experiment",
-    "kill_experiment",
-)
-
-TERMINAL = frozenset({"COMPLETED", "CANCELED", "ERROR"})
 STATE_STYLE = {
     "ACTIVE": "green",
     "RUNNING": "bold green",

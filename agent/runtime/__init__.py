@@ -15,7 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
+
+from detlab.protocol import ExitCause
 
 RUNNING = "RUNNING"
 EXITED = "EXITED"
@@ -24,7 +26,15 @@ EXITED = "EXITED"
 LogSink = Callable[[str, str, str], None]
 
 AGENT_LINE_PREFIX = "[det-agent] "
-SHUTDOWN_REASON = "killed because det-agent is shutting down"
+
+
+class LogDelivery(Protocol):
+    """What a runtime may ask of the agent's log shipper beyond adding lines (`log_sink`):
+    which lines the master accepted, and what it stored (to resume a log after a restart)."""
+
+    def on_delivered(self, listener: Callable[[list[dict[str, Any]]], None]) -> None: ...
+
+    def stored_tail(self, allocation_id: str, limit: int = 2000) -> list[dict[str, Any]]: ...
 
 
 @dataclass
@@ -40,6 +50,8 @@ class RuntimeContext:
     keep_workdirs: bool = False
     # process runtime: fork Python trials from a warm interpreter (agent/runtime/warm.py)
     warm_start: bool = True
+    # the shipper behind `log_sink`, for runtimes that resume logs (docker); None in tests
+    log_delivery: LogDelivery | None = None
 
 
 @dataclass
@@ -55,7 +67,9 @@ class Allocation:
     launching: bool = False  # the runtime is creating the process/container right now
     kill_requested: bool = False  # a kill arrived while launching; honour it once launched
     killing: bool = False
-    kill_reason: str | None = None  # reported as `error` when the kill was the agent's own idea
+    # Why the agent itself stopped it (reported as `cause`, its message as `error`).
+    kill_cause: ExitCause | None = None
+    cause: ExitCause | None = None
     handle: Any = None  # the runtime's own object (Popen, container)
     done: threading.Event = field(default_factory=threading.Event)
 
@@ -66,7 +80,12 @@ class Allocation:
             "exit_code": self.exit_code,
             "pid": self.pid,
             "error": self.error,
+            "cause": self.cause.value if self.cause else None,
         }
+
+    @property
+    def kill_reason(self) -> str | None:
+        return self.kill_cause.message if self.kill_cause else None
 
 
 class Runtime(ABC):
@@ -92,31 +111,28 @@ class Runtime(ABC):
             self._allocs[allocation_id] = Allocation(allocation_id)
             return True
 
-    def knows(self, allocation_id: str) -> bool:
-        with self._lock:
-            return allocation_id in self._allocs or allocation_id in self._finished
-
     @abstractmethod
     def start(self, spec: dict[str, Any], model_def_path: Path | None) -> None:
         """Launch the allocation (blocking until it runs or failed). Idempotent by id."""
 
-    def kill(self, allocation_id: str, reason: str | None = None) -> None:
+    def kill(self, allocation_id: str, cause: ExitCause | None = None) -> None:
         """Stop an allocation: gracefully, then by force after the kill grace. Idempotent.
 
-        `reason` (e.g. the agent shutting down) becomes the exit's `error`, so the master can
+        `cause` (e.g. the agent shutting down) is reported with the exit, so the master can
         tell a kill it asked for from one it did not."""
         with self._lock:
             rec = self._allocs.get(allocation_id)
             if rec is None or rec.state == EXITED:
                 return
-            if reason and rec.kill_reason is None:
-                rec.kill_reason = reason
+            if cause and rec.kill_cause is None:
+                rec.kill_cause = cause
             if rec.handle is None:
                 if rec.launching:
                     rec.kill_requested = True
                     return
                 # Not launched yet (still downloading): it never runs.
-                self._exited(rec, -9, reason or "killed before it started")
+                cause = cause or ExitCause.KILLED_BEFORE_START
+                self._exited(rec, -9, cause.message, cause)
                 return
         self._kill_launched(rec)
 
@@ -136,7 +152,9 @@ class Runtime(ABC):
             while len(self._finished) > 10_000:
                 self._finished.popitem(last=False)
 
-    def fail(self, allocation_id: str, exit_code: int, error: str) -> None:
+    def fail(
+        self, allocation_id: str, exit_code: int, error: str, cause: ExitCause | None = None
+    ) -> None:
         """Report that an allocation could not start; the user sees `error` in its logs."""
         with self._lock:
             rec = self._allocs.get(allocation_id)
@@ -146,7 +164,7 @@ class Runtime(ABC):
                 rec = self._allocs[allocation_id] = Allocation(allocation_id)
             if rec.state == EXITED:
                 return
-            self._exited(rec, exit_code, error)
+            self._exited(rec, exit_code, error, cause)
         self.ctx.log_sink(allocation_id, "stderr", AGENT_LINE_PREFIX + error)
 
     def wait_all(self, timeout: float | None = None) -> bool:
@@ -160,17 +178,31 @@ class Runtime(ABC):
                 return False
         return True
 
-    def shutdown(self, timeout: float | None = None, reason: str = SHUTDOWN_REASON) -> bool:
+    def shutdown(self, timeout: float | None = None) -> bool:
         """Kill every allocation and wait for them (default: kill grace + 10 s)."""
         with self._lock:
             ids = [a for a, rec in self._allocs.items() if rec.state != EXITED]
         for aid in ids:
-            self.kill(aid, reason)
+            self.kill(aid, ExitCause.AGENT_SHUTDOWN)
         ok = self.wait_all(self.ctx.kill_grace + 10.0 if timeout is None else timeout)
         self._close()
         return ok
 
     # -- for subclasses --
+
+    def _claim(self, allocation_id: str) -> Allocation | None:
+        """The record a `start` may launch, or None: already exited, launching or launched.
+
+        Every runtime's `start` begins here, so a duplicate or late start never runs twice."""
+        with self._lock:
+            rec = self._allocs.get(allocation_id)
+            if rec is None:
+                if not self.reserve(allocation_id):
+                    return None
+                return self._allocs[allocation_id]
+            if rec.state == EXITED or rec.handle is not None or rec.launching:
+                return None
+            return rec
 
     # What `_kill_launched` tells the trial's log it is stopping ("the trial", "the container").
     stop_subject: ClassVar[str] = "the trial"
@@ -205,11 +237,18 @@ class Runtime(ABC):
         """Release runtime resources after shutdown (nothing by default)."""
         return None
 
-    def _exited(self, rec: Allocation, exit_code: int, error: str | None = None) -> None:
+    def _exited(
+        self,
+        rec: Allocation,
+        exit_code: int,
+        error: str | None = None,
+        cause: ExitCause | None = None,
+    ) -> None:
         with self._lock:
             rec.state = EXITED
             rec.exit_code = exit_code
             rec.error = error
+            rec.cause = cause or rec.kill_cause
             rec.launching = False
         rec.done.set()
         self.changed.set()

@@ -1,4 +1,5 @@
-"""What the Docker runtime injects into every trial container: the harness and its pure-Python
+"""What the Docker runtime injects into every trial container: the harness (with `detlab`, the
+constants and protocol it shares with the master) and its pure-Python
 dependencies (requests, urllib3, idna, certifi, charset_normalizer), so that any image with a
 `python3` runs trials; no detlab-specific image is needed.
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-PACKAGES = ("harness", "requests", "urllib3", "idna", "certifi", "charset_normalizer")
+PACKAGES = ("harness", "detlab", "requests", "urllib3", "idna", "certifi", "charset_normalizer")
 _SKIP_DIRS = frozenset({"__pycache__", "tests", "testing"})
 _SKIP_SUFFIXES = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll")
 

@@ -201,14 +201,9 @@ class ProcessRuntime(Runtime):
 
     def start(self, spec: dict[str, Any], model_def_path: Path | None) -> None:
         aid = str(spec["allocation_id"])
-        with self._lock:
-            rec = self._allocs.get(aid)
-            if rec is None:
-                if not self.reserve(aid):
-                    return
-                rec = self._allocs[aid]
-            elif rec.state == EXITED or rec.handle is not None or rec.launching:
-                return
+        rec = self._claim(aid)
+        if rec is None:
+            return
         workdir = self.ctx.work_dir / _safe_dir_name(aid)
         try:
             argv = build_argv(spec.get("entrypoint"))

@@ -1,5 +1,6 @@
 """The one REST client of detlab, shared by the CLI, the TUI, the harness and the agent."""
 
+from detlab.constants import TERMINAL_STATES
 from harness.api._errors import (
     APIError,
     BadRequest,
@@ -11,10 +12,11 @@ from harness.api._errors import (
     TooLarge,
     Unauthenticated,
 )
-from harness.api._session import Session
-from harness.api.client import TERMINAL_STATES, Client
+from harness.api._session import API_PREFIX, Session
+from harness.api.client import Client
 
 __all__ = [
+    "API_PREFIX",
     "APIError",
     "BadRequest",
     "Client",

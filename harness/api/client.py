@@ -21,8 +21,6 @@ logger = logging.getLogger("harness.api")
 
 JSON = dict[str, Any]
 
-TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR"})
-
 
 class Client:
     """Typed access to the master's REST API through one `Session` (one master, one token)."""
@@ -144,6 +142,10 @@ class Client:
 
     def get_model_def(self, exp_id: int) -> bytes:
         return self.session.request("GET", f"/experiments/{exp_id}/model_def").content
+
+    def preview_search(self, config_text: str) -> JSON:
+        """What a config's search will run, computed by the master; nothing is created."""
+        return self.session.post("/experiments/preview", {"config": config_text})["preview"]
 
     def _exp_action(self, exp_id: int, action: str) -> JSON:
         return self.session.post(f"/experiments/{exp_id}/{action}")["experiment"]

@@ -9,11 +9,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from harness.api import auth
-from harness.api._session import Session
+from detlab.constants import DEFAULT_MASTER_URL
+from harness.api import Session, auth
 from harness.api.client import Client
 
-DEFAULT_MASTER = "http://127.0.0.1:8080"
+DEFAULT_MASTER = DEFAULT_MASTER_URL
 
 
 class CliError(Exception):

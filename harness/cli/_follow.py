@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from harness.api.client import TERMINAL_STATES, Client
+from detlab.constants import TERMINAL_STATES
+from harness.api.client import Client
 
 DRAIN_GRACE = 30.0  # after the experiment ends, how long to wait for trials' last log lines
 

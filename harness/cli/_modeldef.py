@@ -8,9 +8,9 @@ import os
 import tarfile
 from pathlib import Path
 
+from detlab.constants import MAX_MODEL_DEF_BYTES
 from harness.cli._common import CliError, size
 
-MAX_MODEL_DEF_BYTES = 96 * 1024 * 1024  # the master's default max_model_def_bytes
 ALWAYS_SKIPPED = frozenset({".git", "__pycache__", ".venv"})
 DETIGNORE = ".detignore"
 

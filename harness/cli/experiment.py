@@ -124,7 +124,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
         ],
     )
     cli.out.write("\n")
-    lengths = _rung_lengths(detail["experiment"].get("config") or {})
+    lengths = detail.get("rung_lengths") or []
     trials = [
         {
             **t,
@@ -142,15 +142,13 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def preview_search(cli: Cli, args: argparse.Namespace) -> int:
-    """What the search will run, computed locally from the config: nothing is submitted."""
+    """What the search will run, computed by the master from the config: nothing is created."""
     try:
         text = Path(args.config).read_text()
     except OSError as e:
         raise CliError(f"cannot read {args.config}: {e}") from None
-    config = validate_config_text(text)
-    from master.searcher.preview import preview
-
-    result = preview(config)
+    validate_config_text(text)
+    result = cli.client().preview_search(text)
     if args.json:
         print_json(cli, result)
         return 0
@@ -175,16 +173,6 @@ def preview_search(cli: Cli, args: argparse.Namespace) -> int:
             cli, rows, [("RUNG", "rung"), (f"LENGTH ({unit})", "length"), ("TRIALS", "trials")]
         )
     return 0
-
-
-def _rung_lengths(config: dict) -> list[int]:
-    try:
-        from master.searcher.preview import preview
-
-        lengths = sorted({r["length"] for r in preview(config).get("rungs") or []})
-    except Exception:  # an old or odd config: the column just stays empty
-        return []
-    return lengths
 
 
 def _action(name: str, past: str):  # noqa: ANN202 - returns a handler

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from harness.api._errors import APIError, DetError, MasterUnreachable, Unauthenticated
+from harness.api import APIError, DetError, MasterUnreachable, Unauthenticated
 from harness.cli import agent, checkpoint, experiment, job, trial, user
 from harness.cli._common import DEFAULT_MASTER, Cli, CliError
 

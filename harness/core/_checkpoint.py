@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.api._errors import APIError, NotFound
+from harness.api import APIError, NotFound
 from harness.api.client import Client
 from harness.core._distributed import DistributedContext
 from harness.core._jsonable import jsonable

@@ -13,8 +13,7 @@ from typing import Any
 
 from harness._exceptions import InvalidHP
 from harness._info import ClusterInfo, get_cluster_info
-from harness.api._errors import DetError
-from harness.api._session import Session
+from harness.api import DetError, Session
 from harness.api.client import Client
 from harness.core._checkpoint import CheckpointContext
 from harness.core._distributed import DistributedContext, DummyDistributedContext, from_env

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from harness.api._errors import APIError, MasterUnreachable, Unauthenticated
+from harness.api import APIError, MasterUnreachable, Unauthenticated
 from harness.api.client import Client
 from harness.core._distributed import DistributedContext
 

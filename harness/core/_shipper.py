@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from harness.api._errors import APIError, BadRequest, MasterUnreachable, Unauthenticated
+from harness.api import APIError, BadRequest, MasterUnreachable, Unauthenticated
 from harness.api.client import Client
 from harness.core._jsonable import jsonable
 

@@ -92,8 +92,7 @@ def rendezvous(
 ) -> list[str]:
     """Post this container's address; returns every container's `addr:port` by rank."""
     from harness._info import get_cluster_info
-    from harness.api._errors import APIError, MasterUnreachable, NotFound
-    from harness.api._session import Session
+    from harness.api import APIError, MasterUnreachable, NotFound, Session
     from harness.api.client import Client
 
     info = get_cluster_info()

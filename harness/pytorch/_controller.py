@@ -122,10 +122,6 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def _detach(v: Any) -> Any:
-    return v.detach() if isinstance(v, torch.Tensor) else v
-
-
 def _scalar_lists(pending: list[dict[str, Any]]) -> dict[str, list[float]]:
     """Per-batch metric dicts -> {name: [value per batch]} as Python floats (one sync per key)."""
     out: dict[str, list[float]] = {}

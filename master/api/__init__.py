@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flask import Flask
 
-from master.api import agents, allocations, auth, checkpoints, experiments, jobs, trials
+from master.api import agents, allocations, auth, checkpoints, experiments, job_queue, trials
 
 
 def register_api(app: Flask) -> None:
-    for module in (auth, experiments, trials, checkpoints, agents, allocations, jobs):
+    for module in (auth, experiments, trials, checkpoints, agents, allocations, job_queue):
         app.register_blueprint(module.bp, url_prefix="/api/v1")

@@ -32,7 +32,8 @@ def _check_id(agent_id: str) -> None:
 def poll(agent_id: str):  # type: ignore[no-untyped-def]
     require_agent()
     _check_id(agent_id)
-    return jsonify(svc.handle_poll(agent_id, request.get_json(silent=True)))
+    payload = svc.parse_poll(request.get_json(silent=True))
+    return jsonify(svc.handle_poll(agent_id, payload).to_json())
 
 
 @bp.post("/agents/<agent_id>/logs")

@@ -8,12 +8,13 @@ from flask import Blueprint, jsonify
 
 from master.api._util import float_arg, json_body
 from master.auth import principal
+from master.context import master_state
 from master.db import db
 from master.errors import BadRequest, Forbidden, NotFound
 from master.models import Allocation
 from master.notify import hub, preempt_key
-from master.services import rendezvous as meeting
-from master.services.scheduling import containers_of
+from master.services.allocations import containers_of
+from master.states import AllocationState
 
 bp = Blueprint("allocations", __name__)
 
@@ -31,18 +32,20 @@ def _own(alloc_id: str) -> Allocation:
 
 
 def _wants_stop(alloc: Allocation) -> bool:
-    return alloc.preempt_requested or alloc.kill_requested or alloc.state == "TERMINATED"
+    return (
+        alloc.preempt_requested or alloc.kill_requested or alloc.state == AllocationState.TERMINATED
+    )
 
 
 @bp.get("/allocations/<alloc_id>/preemption")
 def preemption(alloc_id: str):  # type: ignore[no-untyped-def]
     timeout = float_arg("timeout", 30.0, 0.0, 60.0)
-    seen = hub.version(preempt_key(alloc_id))
+    seen = hub().version(preempt_key(alloc_id))
     alloc = _own(alloc_id)
     if _wants_stop(alloc) or timeout == 0:
         return jsonify({"preempt": _wants_stop(alloc)})
     db.session.commit()
-    hub.wait(preempt_key(alloc_id), seen, timeout)
+    hub().wait(preempt_key(alloc_id), seen, timeout)
     db.session.expire_all()
     alloc = _own(alloc_id)
     return jsonify({"preempt": _wants_stop(alloc)})
@@ -50,9 +53,7 @@ def preemption(alloc_id: str):  # type: ignore[no-untyped-def]
 
 @bp.post("/allocations/<alloc_id>/ack_preemption")
 def ack(alloc_id: str):  # type: ignore[no-untyped-def]
-    alloc = _own(alloc_id)
-    alloc.preempt_acked = True
-    db.session.commit()
+    _own(alloc_id)  # the harness acknowledges; the exit that follows is what the master acts on
     return jsonify({})
 
 
@@ -69,17 +70,18 @@ def post_rendezvous(alloc_id: str):  # type: ignore[no-untyped-def]
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
         raise BadRequest("port must be an integer in [0, 65535]", path="port")
     timeout = float_arg("timeout", 60.0, 0.0, 300.0)
-    key = meeting.key(alloc_id)
+    key = f"rendezvous:{alloc_id}"
+    meeting = master_state().rendezvous
     meeting.post(alloc_id, rank, f"{addr}:{port}" if port else addr)
-    hub.notify(key)
+    hub().notify(key)
     db.session.commit()
     deadline = time.monotonic() + timeout
     while True:
-        seen = hub.version(key)
+        seen = hub().version(key)
         got = meeting.addresses(alloc_id)
         if len(got) >= n:
             return jsonify({"ready": True, "addrs": [got[r] for r in range(n)]})
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return jsonify({"ready": False, "addrs": []})
-        hub.wait(key, seen, remaining)
+        hub().wait(key, seen, remaining)

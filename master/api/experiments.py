@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
-from sqlalchemy import func, select
-from sqlalchemy.orm import selectinload
 
 from master.api._util import bool_arg, int_arg
 from master.auth import principal, require_user
-from master.db import db
 from master.errors import BadRequest, Forbidden, NotFound
-from master.models import Experiment, User
+from master.models import Experiment
 from master.services import experiments as svc
-from master.services.scheduling import request_schedule
+from master.services.kicker import request_schedule
 from master.services.trials import trial_json, trials_of
 from master.states import State
 
@@ -42,41 +39,41 @@ def create():  # type: ignore[no-untyped-def]
     return jsonify({"experiment": svc.experiment_json(exp)}), 201
 
 
+@bp.post("/experiments/preview")
+def preview_search():  # type: ignore[no-untyped-def]
+    """What a config's search will run (trials, lengths, ASHA rungs); nothing is created."""
+    require_user()
+    body = request.get_json(silent=True)
+    text = body.get("config") if isinstance(body, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        raise BadRequest("the 'config' field (experiment YAML) is required", path="config")
+    return jsonify({"preview": svc.preview_search(svc.parse_config(text))})
+
+
 @bp.get("/experiments")
 def list_experiments():  # type: ignore[no-untyped-def]
     require_user()
-    q = select(Experiment).options(selectinload(Experiment.trials), selectinload(Experiment.owner))
-    count = select(func.count(Experiment.id))
-    state = request.args.get("state")
-    if state:
-        states = [s.strip().upper() for s in state.split(",")]
-        bad = [s for s in states if s not in State.__members__]
+    states = None
+    if state := request.args.get("state"):
+        names = [s.strip().upper() for s in state.split(",")]
+        bad = [s for s in names if s not in State.__members__]
         if bad:
             raise BadRequest(f"unknown state {bad[0]!r}", path="state")
-        q = q.where(Experiment.state.in_(states))
-        count = count.where(Experiment.state.in_(states))
-    user = request.args.get("user")
-    if user:
-        q = q.join(User, Experiment.owner_id == User.id).where(User.username == user)
-        count = count.join(User, Experiment.owner_id == User.id).where(User.username == user)
-    limit = int_arg("limit", 100, 1, 10000)
-    offset = int_arg("offset", 0)
-    rows = db.session.execute(
-        q.order_by(Experiment.id.desc()).limit(limit).offset(offset)
-    ).scalars()
-    return jsonify(
-        {
-            "experiments": [svc.experiment_json(e) for e in rows],
-            "total": db.session.execute(count).scalar_one(),
-        }
+        states = [State(s) for s in names]
+    rows, total = svc.list_experiments(
+        states=states,
+        owner=request.args.get("user") or None,
+        limit=int_arg("limit", 100, 1, 10000),
+        offset=int_arg("offset", 0),
     )
+    return jsonify({"experiments": [svc.experiment_json(e) for e in rows], "total": total})
 
 
 @bp.get("/experiments/<int:exp_id>")
 def describe(exp_id: int):  # type: ignore[no-untyped-def]
     require_user()
     exp = svc.get_experiment(exp_id)
-    body: dict = {"experiment": svc.experiment_json(exp)}
+    body: dict = {"experiment": svc.experiment_json(exp), "rung_lengths": svc.rung_lengths(exp)}
     # `?trials=false`: the experiment alone, cheap however many trials it has (for pollers).
     if bool_arg("trials", True):
         body["trials"] = [trial_json(t) for t in trials_of(exp_id)]

@@ -11,7 +11,7 @@ from master.services import logs as log_svc
 from master.services import metrics as metric_svc
 from master.services import trials as svc
 from master.services.checkpoints import checkpoint_json, checkpoints_of
-from master.services.scheduling import request_schedule
+from master.services.kicker import request_schedule
 
 bp = Blueprint("trials", __name__)
 

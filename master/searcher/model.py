@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 import math
 import warnings
 from collections.abc import Sequence
@@ -197,6 +198,8 @@ def _plug_in(
     told that each `running` point scores its own posterior mean (Kriging believer)."""
     if type(acqf) is not acqf_module.LogEI:
         return acqf  # constraints or several objectives: left as Optuna made it
+    if _FELL_BACK:
+        return acqf
     try:
         gpr = acqf._gpr
         with torch.no_grad():
@@ -210,8 +213,22 @@ def _plug_in(
         return acqf_module.LogEI(
             gpr=gpr, search_space=acqf.search_space, threshold=float(mean.max())
         )
-    except (AttributeError, TypeError):
+    except (AttributeError, TypeError) as e:
+        # Optuna's GP internals changed: searches still run, on stock EI, but worse than measured.
+        _FELL_BACK.append(repr(e))
+        _log.error(
+            "sampler gp: this Optuna (%s) changed the GP internals detlab builds on (%r); "
+            "falling back to Optuna's stock expected improvement for the rest of this master's "
+            "life. Install an Optuna in the tested range (setup.cfg) to restore plug-in EI.",
+            getattr(acqf_module, "__name__", "optuna._gp.acqf"),
+            e,
+        )
         return acqf
+
+
+# Set once the plug-in acquisition could not be built (then logged once, not per proposal).
+_FELL_BACK: list[str] = []
+_log = logging.getLogger("detlab.searcher")
 
 
 def _inside(distributions: dict[str, Any], params: dict[str, Any]) -> bool:

@@ -1,11 +1,6 @@
 """State machines that apply searcher and scheduler decisions to the database.
 
-Every mutation of experiment, trial or allocation state runs under `STATE_LOCK` in its own
-transaction: one master process owns the cluster's state, so a process-wide lock is enough and
-keeps the transitions free of races on SQLite and PostgreSQL alike. The hot paths (metrics, logs)
-do not take it.
+Every mutation of experiment, trial, allocation or agent state runs under the master's state lock
+(`master.context.state_lock()`) in its own transaction, and goes through one writer per entity in
+`master.services.transitions`.
 """
-
-import threading
-
-STATE_LOCK = threading.RLock()

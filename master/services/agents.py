@@ -15,53 +15,56 @@ from typing import Any
 from flask import current_app
 from sqlalchemy import select
 
+from detlab.protocol import (
+    Action,
+    AllocationReport,
+    ExitCause,
+    PollReply,
+    PollRequest,
+    ProtocolError,
+    ReportedState,
+)
+from master.context import master_state, state_lock
 from master.db import db, iso, utcnow
 from master.errors import BadRequest
 from master.models import Agent, Allocation, Slot, Trial
 from master.notify import agent_key, hub
-from master.services import STATE_LOCK, heartbeats
-from master.services.scheduling import (
+from master.services import heartbeats
+from master.services.allocations import (
     allocation_generation,
     containers_of,
-    request_schedule,
-    start_spec,
+    live_containers,
+    set_container,
 )
+from master.services.kicker import request_schedule
+from master.services.launch import start_spec
+from master.services.transitions import set_agent_state, set_allocation_state
 from master.services.trials import allocation_exited
+from master.states import (
+    LIVE_ALLOCATION,
+    AgentState,
+    AllocationState,
+    ContainerState,
+    container_state,
+)
 
 log = logging.getLogger("detlab.agents")
 
 MAX_WAIT = 30.0
 
 
-def _validate_poll(payload: Any) -> dict:
-    if not isinstance(payload, dict):
-        raise BadRequest("poll body must be a JSON object")
-    slots = payload.get("slots", [])
-    if not isinstance(slots, list):
-        raise BadRequest("slots must be a list", path="slots")
-    for i, s in enumerate(slots):
-        if (
-            not isinstance(s, dict)
-            or isinstance(s.get("index"), bool)
-            or not isinstance(s.get("index"), int)
-        ):
-            raise BadRequest("each slot needs an integer index", path=f"slots[{i}].index")
-        if s.get("type", "cpu") not in ("cpu", "gpu"):
-            raise BadRequest("slot type must be 'cpu' or 'gpu'", path=f"slots[{i}].type")
-    allocs = payload.get("allocations", [])
-    if not isinstance(allocs, list):
-        raise BadRequest("allocations must be a list", path="allocations")
-    for i, a in enumerate(allocs):
-        if not isinstance(a, dict) or not isinstance(a.get("id"), str):
-            raise BadRequest("each allocation needs a string id", path=f"allocations[{i}].id")
-    return payload
+def parse_poll(body: Any) -> PollRequest:
+    try:
+        return PollRequest.parse(body)
+    except ProtocolError as e:
+        raise BadRequest(str(e), path=e.path) from None
 
 
-def _sync_agent(agent_id: str, payload: dict) -> tuple[Agent, bool]:
+def _sync_agent(agent_id: str, payload: PollRequest) -> tuple[Agent, bool]:
     """Upsert the agent and its slots; True when capacity changed (run the scheduler)."""
     agent = db.session.get(Agent, agent_id)
     changed = False
-    pool = payload.get("resource_pool") or "default"
+    pool = payload.resource_pool
     pools = current_app.config["DET"].pool_names()
     if pool not in pools:
         raise BadRequest(
@@ -69,23 +72,22 @@ def _sync_agent(agent_id: str, payload: dict) -> tuple[Agent, bool]:
             path="resource_pool",
         )
     if agent is None:
-        agent = Agent(id=agent_id, resource_pool=pool, state="ACTIVE")
+        agent = Agent(id=agent_id, resource_pool=pool, state=AgentState.ACTIVE)
         db.session.add(agent)
         changed = True
         log.info("agent %s registered (pool %s)", agent_id, pool)
-    elif agent.state != "ACTIVE":
-        if agent.state == "LOST":
-            log.info("agent %s is back", agent_id)
-        agent.state = "ACTIVE"
+    elif agent.state != AgentState.ACTIVE:
+        log.info("agent %s is back", agent_id)
+        set_agent_state(agent, AgentState.ACTIVE, "it polled again")
         changed = True
     if agent.resource_pool != pool:
         agent.resource_pool = pool
         changed = True
-    agent.hostname = payload.get("hostname") or agent.hostname
-    agent.runtime = payload.get("runtime") or agent.runtime
-    agent.version = payload.get("version") or agent.version
+    agent.hostname = payload.hostname or agent.hostname
+    agent.runtime = payload.runtime or agent.runtime
+    agent.version = payload.version or agent.version
     agent.last_seen = utcnow()
-    reported = {s["index"]: s for s in payload.get("slots", [])}
+    reported = {s.index: s for s in payload.slots}
     existing = {s.index: s for s in agent.slots}
     for index, s in reported.items():
         slot = existing.get(index)
@@ -93,10 +95,10 @@ def _sync_agent(agent_id: str, payload: dict) -> tuple[Agent, bool]:
             slot = Slot(agent_id=agent_id, index=index)
             agent.slots.append(slot)
             changed = True
-        slot.type = s.get("type", "cpu")
-        slot.uuid = s.get("uuid")
-        slot.name = s.get("name")
-        slot.memory_mb = s.get("memory_mb")
+        slot.type = s.type
+        slot.uuid = s.uuid
+        slot.name = s.name
+        slot.memory_mb = s.memory_mb
     for index, slot in existing.items():
         if index not in reported and slot.allocation_id is None:
             agent.slots.remove(slot)
@@ -105,29 +107,26 @@ def _sync_agent(agent_id: str, payload: dict) -> tuple[Agent, bool]:
     return agent, changed
 
 
-def _stats(payload: dict) -> dict[str, Any]:
-    return {str(s["index"]): s["stats"] for s in payload.get("slots", []) if s.get("stats")}
+def _stats(payload: PollRequest) -> dict[str, Any]:
+    return {str(s.index): s.stats for s in payload.slots if s.stats}
 
 
-def _signature(payload: dict) -> tuple:
+def _signature(payload: PollRequest) -> tuple:
     """What must match the stored agent for a heartbeat to skip the full sync."""
     return (
-        payload.get("resource_pool") or "default",
-        tuple(
-            (s["index"], s.get("type", "cpu"), s.get("uuid"), s.get("name"), s.get("memory_mb"))
-            for s in payload.get("slots", [])
-        ),
+        payload.resource_pool,
+        tuple((s.index, s.type, s.uuid, s.name, s.memory_mb) for s in payload.slots),
     )
 
 
 def _synced() -> dict[str, tuple]:
     """agent id -> signature of its last full sync (per app); cleared when it is marked LOST."""
-    return current_app.extensions.setdefault("det_agent_sync", {})
+    return master_state().agent_sync
 
 
-def _heartbeat(agent_id: str, payload: dict) -> bool:
+def _heartbeat(agent_id: str, payload: PollRequest) -> bool:
     """The common poll: a known, unchanged agent with nothing to report. One UPDATE, no lock."""
-    if payload.get("allocations") or _synced().get(agent_id) != _signature(payload):
+    if payload.allocations or _synced().get(agent_id) != _signature(payload):
         return False
     if _has_allocations(agent_id):
         return False  # reconcile: the agent may have lost what the master thinks it runs
@@ -135,19 +134,15 @@ def _heartbeat(agent_id: str, payload: dict) -> bool:
     return True
 
 
-def handle_poll(agent_id: str, payload: Any) -> dict:
-    payload = _validate_poll(payload)
+def handle_poll(agent_id: str, payload: PollRequest) -> PollReply:
     cfg = current_app.config["DET"]
-    wait = payload.get("wait", 0)
-    wait = min(
-        float(wait) if isinstance(wait, int | float) else 0.0, MAX_WAIT, cfg.agent_timeout / 2
-    )
+    wait = min(payload.wait, MAX_WAIT, cfg.agent_timeout / 2)
     deadline = time.monotonic() + max(wait, 0.0)
-    reported = {a["id"]: a for a in payload.get("allocations", [])}
+    reported = {a.id: a for a in payload.allocations}
     idle = _heartbeat(agent_id, payload)  # True: nothing runs or is wanted on this agent
     if not idle:
         heartbeats.forget(agent_id)
-        with STATE_LOCK:
+        with state_lock():
             _agent, changed = _sync_agent(agent_id, payload)
             db.session.flush()
             freed = _reconcile_reports(agent_id, reported)
@@ -156,18 +151,18 @@ def handle_poll(agent_id: str, payload: Any) -> dict:
         if changed or freed:
             request_schedule()
     while True:
-        seen = hub.version(agent_key(agent_id))
+        seen = hub().version(agent_key(agent_id))
         if not idle and (reported or _has_allocations(agent_id)):
-            with STATE_LOCK:
+            with state_lock():
                 actions = _actions(agent_id, reported)
                 db.session.commit()
         else:
             actions = []
         remaining = deadline - time.monotonic()
         if actions or remaining <= 0:
-            return {"actions": actions, "poll_interval": 0.0}
+            return PollReply(tuple(actions))
         db.session.close()
-        if hub.wait(agent_key(agent_id), seen, remaining):
+        if hub().wait(agent_key(agent_id), seen, remaining):
             idle = False  # woken: there may be work now
 
 
@@ -177,7 +172,7 @@ def _has_allocations(agent_id: str) -> bool:
     Answered from a per-agent cache while no allocation has been created or ended since (the
     generation in `scheduling.allocation_generation`); otherwise two indexed lookups.
     """
-    cache: dict[str, tuple[int, bool]] = current_app.extensions.setdefault("det_agent_busy", {})
+    cache = master_state().agent_busy
     gen = allocation_generation()
     hit = cache.get(agent_id)
     if hit is not None and hit[0] == gen:
@@ -190,7 +185,7 @@ def _has_allocations(agent_id: str) -> bool:
 def _query_has_allocations(agent_id: str) -> bool:
     live = (
         select(Allocation.id)
-        .where(Allocation.agent_id == agent_id, Allocation.state.in_(("ASSIGNED", "RUNNING")))
+        .where(Allocation.agent_id == agent_id, Allocation.state.in_(LIVE_ALLOCATION))
         .limit(1)
     )
     if db.session.execute(live).first() is not None:
@@ -209,75 +204,75 @@ def _agent_allocations(agent_id: str) -> list[Allocation]:
     return list(
         db.session.execute(
             select(Allocation).where(
-                Allocation.state.in_(("ASSIGNED", "RUNNING")),
+                Allocation.state.in_(LIVE_ALLOCATION),
                 (Allocation.agent_id == agent_id) | Allocation.id.in_(via_slots),
             )
         ).scalars()
     )
 
 
-def _set_container(alloc: Allocation, agent_id: str, **changes: Any) -> dict[str, dict]:
-    containers = {k: dict(v) for k, v in containers_of(alloc).items()}
-    containers.setdefault(agent_id, {"rank": 0, "slots": []}).update(changes)
-    alloc.containers = containers  # a new dict, so SQLAlchemy sees the change
-    return containers
-
-
-def _container_exited(alloc: Allocation, agent_id: str, code: int | None, err: str | None) -> bool:
+def _container_exited(
+    alloc: Allocation,
+    agent_id: str,
+    code: int | None,
+    err: str | None,
+    cause: ExitCause | None = None,
+) -> bool:
     """Record one container's exit; the allocation ends when all of its containers have.
 
     One failing container of a multi-agent trial ends the whole trial: the others are killed.
     Returns True when the allocation ended (slots freed).
     """
-    containers = _set_container(alloc, agent_id, state="EXITED", exit_code=code, error=err)
+    set_container(
+        alloc, agent_id, exited=True, exit_code=code, error=err, cause=cause and cause.value
+    )
     failed = code != 0 or bool(err)
-    live = [a for a, c in containers.items() if c.get("state") != "EXITED"]
+    live = live_containers(alloc)
     if live and failed:
         for other in live:
-            containers = _set_container(alloc, other, kill=True)
+            set_container(alloc, other, kill=True)
         alloc.exit_reason = alloc.exit_reason or (
             f"container on agent {agent_id} exited with code {code}" + (f": {err}" if err else "")
         )
         for other in live:
-            hub.notify(agent_key(other))
+            hub().notify(agent_key(other))
         return False
     if live:
         return False
     # Every container is done: the first failure (by rank) decides the outcome.
     worst = sorted(
-        (c for c in containers.values() if c.get("exit_code") != 0 or c.get("error")),
+        (c for c in containers_of(alloc).values() if c.get("exit_code") != 0 or c.get("error")),
         key=lambda c: c.get("rank", 0),
     )
     if worst:
         allocation_exited(
-            alloc, worst[0].get("exit_code"), worst[0].get("error") or alloc.exit_reason
+            alloc,
+            worst[0].get("exit_code"),
+            worst[0].get("error") or alloc.exit_reason,
+            ExitCause.parse(worst[0].get("cause")),
         )
     else:
         allocation_exited(alloc, 0, None)
     return True
 
 
-def _reconcile_reports(agent_id: str, reported: dict[str, dict]) -> bool:
+def _reconcile_reports(agent_id: str, reported: dict[str, AllocationReport]) -> bool:
     """Apply what the agent says about its containers. True if any slots were freed."""
     freed = False
     for alloc_id, rep in reported.items():
         alloc = db.session.get(Allocation, alloc_id)
-        if alloc is None or alloc.state == "TERMINATED":
+        if alloc is None or alloc.state == AllocationState.TERMINATED:
             continue
         container = containers_of(alloc).get(agent_id)
         if container is None:
             continue
-        if rep.get("state") == "EXITED":
-            if container.get("state") != "EXITED":
-                code = rep.get("exit_code")
-                code = code if isinstance(code, int) and not isinstance(code, bool) else None
-                err = rep.get("error")
-                freed |= _container_exited(alloc, agent_id, code, str(err) if err else None)
-        elif container.get("state") == "ASSIGNED" and rep.get("state") == "RUNNING":
-            _set_container(alloc, agent_id, state="RUNNING", started_at=utcnow().isoformat())
-            if alloc.state == "ASSIGNED":
-                alloc.state = "RUNNING"
-                alloc.started_at = utcnow()
+        now_in = container_state(container)
+        if rep.state == ReportedState.EXITED:
+            if now_in != ContainerState.EXITED:
+                freed |= _container_exited(alloc, agent_id, rep.exit_code, rep.error, rep.cause)
+        elif now_in == ContainerState.ASSIGNED and rep.state == ReportedState.RUNNING:
+            set_container(alloc, agent_id, started_at=utcnow().isoformat())
+            set_allocation_state(alloc, AllocationState.RUNNING, f"agent {agent_id} started it")
     # Containers the agent no longer has: it restarted, and with it their processes died.
     settle = (utcnow() - timedelta(seconds=10)).isoformat()  # a poll built before the start
     for alloc in _agent_allocations(agent_id):
@@ -285,35 +280,45 @@ def _reconcile_reports(agent_id: str, reported: dict[str, dict]) -> bool:
         started = container.get("started_at")
         if (
             alloc.id not in reported
-            and container.get("state") == "RUNNING"
+            and container_state(container) == ContainerState.RUNNING
             and started is not None
             and started < settle
         ):
             freed |= _container_exited(
-                alloc, agent_id, None, f"agent {agent_id} no longer runs this allocation"
+                alloc,
+                agent_id,
+                None,
+                f"agent {agent_id} no longer runs this allocation",
+                ExitCause.CONTAINER_GONE,
             )
     return freed
 
 
-def _actions(agent_id: str, reported: dict[str, dict]) -> list[dict]:
-    actions: list[dict] = []
+def _actions(agent_id: str, reported: dict[str, AllocationReport]) -> list[Action]:
+    actions: list[Action] = []
     wanted = {a.id: a for a in _agent_allocations(agent_id)}
     for alloc_id, rep in reported.items():
-        if rep.get("state") == "EXITED":
+        if rep.state == ReportedState.EXITED:
             continue
         alloc = wanted.get(alloc_id)
         container = containers_of(alloc).get(agent_id, {}) if alloc else {}
         if alloc is None or alloc.kill_requested or container.get("kill"):
-            actions.append({"type": "kill", "allocation_id": alloc_id})
+            actions.append(Action.kill(alloc_id))
     for alloc_id, alloc in wanted.items():
         container = containers_of(alloc).get(agent_id, {})
-        if alloc_id in reported or container.get("state") != "ASSIGNED":
+        if alloc_id in reported or container_state(container) != ContainerState.ASSIGNED:
             continue
         if alloc.kill_requested or container.get("kill"):
-            if alloc.state == "ASSIGNED":
-                _container_exited(alloc, agent_id, None, "killed before it started")
+            if alloc.state == AllocationState.ASSIGNED:
+                _container_exited(
+                    alloc,
+                    agent_id,
+                    None,
+                    ExitCause.KILLED_BEFORE_START.message,
+                    ExitCause.KILLED_BEFORE_START,
+                )
             continue
-        actions.append({"type": "start", "spec": start_spec(alloc, agent_id)})
+        actions.append(Action.start(start_spec(alloc, agent_id)))
     return actions
 
 
@@ -323,20 +328,20 @@ def reap_lost_agents() -> None:
     heartbeats.flush()  # judge on the freshest heartbeats
     cutoff = utcnow() - timedelta(seconds=cfg.agent_timeout)
     freed = False
-    with STATE_LOCK:
+    with state_lock():
         lost = list(
             db.session.execute(
-                select(Agent).where(Agent.state == "ACTIVE", Agent.last_seen < cutoff)
+                select(Agent).where(Agent.state == AgentState.ACTIVE, Agent.last_seen < cutoff)
             ).scalars()
         )
         for agent in lost:
-            agent.state = "LOST"
+            set_agent_state(agent, AgentState.LOST, f"no poll for {cfg.agent_timeout:g}s")
             _synced().pop(agent.id, None)
             heartbeats.forget(agent.id)
             log.warning("agent %s lost (no poll for %.0fs)", agent.id, cfg.agent_timeout)
             for alloc in _agent_allocations(agent.id):
                 # The whole trial fails: its containers on other agents are killed.
-                allocation_exited(alloc, None, f"agent {agent.id} was lost")
+                allocation_exited(alloc, None, f"agent {agent.id} was lost", ExitCause.AGENT_LOST)
                 freed = True
         db.session.commit()
     if freed:
@@ -353,7 +358,7 @@ def agent_json(agent: Agent) -> dict:
             trial_of[aid] = tid
     return {
         "id": agent.id,
-        "state": agent.state,
+        "state": agent.state.value,
         "resource_pool": agent.resource_pool,
         "hostname": agent.hostname,
         "runtime": agent.runtime,
@@ -383,6 +388,6 @@ def trial_ids_on(agent_id: str) -> list[int]:
         for (t,) in db.session.execute(
             select(Trial.id)
             .join(Allocation, Allocation.trial_id == Trial.id)
-            .where(Allocation.agent_id == agent_id, Allocation.state.in_(("ASSIGNED", "RUNNING")))
+            .where(Allocation.agent_id == agent_id, Allocation.state.in_(LIVE_ALLOCATION))
         ).all()
     ]

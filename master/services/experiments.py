@@ -7,21 +7,26 @@ import random
 
 from flask import current_app
 from sqlalchemy import func, inspect, select
+from sqlalchemy.orm import selectinload
 
-from master.db import db, utcnow
+from master.context import state_lock
+from master.db import db
 from master.errors import BadRequest, NotFound, TooLarge
 from master.expconf import ConfigError, load_yaml, validate_experiment_config
-from master.models import Allocation, Experiment, Trial
-from master.notify import hub, preempt_key, trial_key
+from master.models import Allocation, Experiment, Trial, User
+from master.notify import agent_key, hub
 from master.searcher.model import unavailable as model_unavailable
-from master.services import STATE_LOCK
-from master.services.searcher import apply_operations, live_allocation, load_searcher
+from master.services.allocations import live_allocation, request_preemption
+from master.services.searcher import apply_operations, load_searcher
+from master.services.transitions import set_experiment_state, set_trial_state
 from master.states import (
+    LIVE_ALLOCATION,
     STOPPING,
     STOPPING_TO_TERMINAL,
     State,
     check_action,
     is_terminal,
+    terminal_for,
 )
 
 
@@ -65,11 +70,11 @@ def create_experiment(
     if seed is None:
         seed = random.SystemRandom().randint(0, 2**31 - 1)
         config.setdefault("reproducibility", {})["experiment_seed"] = seed
-    with STATE_LOCK:
+    with state_lock():
         exp = Experiment(
             name=config.get("name") or "Experiment",
             description=config.get("description"),
-            state=(State.ACTIVE if activate else State.PAUSED).value,
+            state=State.ACTIVE if activate else State.PAUSED,
             owner_id=owner_id,
             config=config,
             original_config=config_text,
@@ -88,57 +93,87 @@ def create_experiment(
     return exp
 
 
+def preview_search(config: dict) -> dict:
+    """The closed-form summary of what an (expanded) config's search runs."""
+    from master.searcher.preview import preview
+
+    return preview(config)
+
+
+def rung_lengths(exp: Experiment) -> list[int]:
+    """The distinct training lengths of an experiment's search, shortest first (ASHA rungs)."""
+    try:
+        return sorted({r["length"] for r in preview_search(exp.config).get("rungs") or []})
+    except Exception:  # a config stored by an older master: no rungs to show
+        return []
+
+
+def list_experiments(
+    *, states: list[State] | None, owner: str | None, limit: int, offset: int
+) -> tuple[list[Experiment], int]:
+    """A page of experiments, newest first, with the total that match."""
+    q = select(Experiment).options(selectinload(Experiment.trials), selectinload(Experiment.owner))
+    count = select(func.count(Experiment.id))
+    if states:
+        q = q.where(Experiment.state.in_(states))
+        count = count.where(Experiment.state.in_(states))
+    if owner:
+        q = q.join(User, Experiment.owner_id == User.id).where(User.username == owner)
+        count = count.join(User, Experiment.owner_id == User.id).where(User.username == owner)
+    rows = db.session.execute(q.order_by(Experiment.id.desc()).limit(limit).offset(offset))
+    return list(rows.scalars()), db.session.execute(count).scalar_one()
+
+
 def pause(exp_id: int) -> Experiment:
-    with STATE_LOCK:
+    with state_lock():
         exp = get_experiment(exp_id)
         check_action("experiment", exp.id, exp.state, "pause")
-        exp.state = State.PAUSED.value
+        set_experiment_state(exp, State.PAUSED, "paused by the user")
         for trial in exp.trials:
             if trial.state == State.ACTIVE:
-                trial.state = State.PAUSED.value
+                set_trial_state(trial, State.PAUSED, "its experiment was paused")
                 _preempt(trial)
         db.session.commit()
     return exp
 
 
 def activate(exp_id: int) -> Experiment:
-    with STATE_LOCK:
+    with state_lock():
         exp = get_experiment(exp_id)
         check_action("experiment", exp.id, exp.state, "activate")
-        exp.state = State.ACTIVE.value
+        set_experiment_state(exp, State.ACTIVE, "activated by the user")
         for trial in exp.trials:
             if trial.state == State.PAUSED:
-                trial.state = State.ACTIVE.value
+                set_trial_state(trial, State.ACTIVE, "its experiment was activated")
         db.session.commit()
     return exp
 
 
 def cancel(exp_id: int, *, kill: bool = False) -> Experiment:
     """Stop every trial: gracefully (cancel: checkpoint then exit) or at once (kill)."""
-    with STATE_LOCK:
+    with state_lock():
         exp = get_experiment(exp_id)
-        check_action("experiment", exp.id, exp.state, "kill" if kill else "cancel")
+        action = "kill" if kill else "cancel"
+        check_action("experiment", exp.id, exp.state, action)
+        why = f"{'killed' if kill else 'canceled'} by the user"
         if exp.state not in (State.STOPPING_ERROR,):
-            exp.state = State.STOPPING_CANCELED.value
+            set_experiment_state(exp, State.STOPPING_CANCELED, why)
         for trial in exp.trials:
             if is_terminal(trial.state):
                 continue
             alloc = live_allocation(trial.id)
             if alloc is None:
-                trial.state = State.CANCELED.value
-                trial.ended_at = utcnow()
+                set_trial_state(trial, State.CANCELED, why)
                 continue
-            trial.state = State.STOPPING_CANCELED.value
+            set_trial_state(trial, State.STOPPING_CANCELED, why)
             if kill:
                 alloc.kill_requested = True
             _preempt(trial, alloc)
         maybe_finish(exp)
         db.session.commit()
-    from master.notify import agent_key
-
     for alloc in _live_allocations(exp):
         if alloc.agent_id:
-            hub.notify(agent_key(alloc.agent_id))
+            hub().notify(agent_key(alloc.agent_id))
     return exp
 
 
@@ -149,7 +184,7 @@ def _live_allocations(exp: Experiment) -> list[Allocation]:
     return list(
         db.session.execute(
             select(Allocation).where(
-                Allocation.trial_id.in_(ids), Allocation.state.in_(("ASSIGNED", "RUNNING"))
+                Allocation.trial_id.in_(ids), Allocation.state.in_(LIVE_ALLOCATION)
             )
         ).scalars()
     )
@@ -162,12 +197,8 @@ def preempt_trial(trial: Trial) -> None:
 
 def _preempt(trial: Trial, alloc: Allocation | None = None) -> None:
     alloc = alloc or live_allocation(trial.id)
-    if alloc is None or alloc.preempt_requested:
-        return
-    alloc.preempt_requested = True
-    alloc.preempt_requested_at = utcnow()
-    db.session.flush()
-    hub.notify(preempt_key(alloc.id), trial_key(trial.id))
+    if alloc is not None:
+        request_preemption(alloc, trial.id)
 
 
 def maybe_finish(exp: Experiment) -> None:
@@ -182,19 +213,20 @@ def maybe_finish(exp: Experiment) -> None:
             continue
         if live_allocation(trial.id) is not None:
             return
-    final = STOPPING_TO_TERMINAL[State(exp.state)]
+    stopping = State(exp.state)
+    final = STOPPING_TO_TERMINAL[stopping]
     for trial in exp.trials:
         if is_terminal(trial.state):
             continue
-        if State(trial.state) in STOPPING_TO_TERMINAL:
-            trial.state = STOPPING_TO_TERMINAL[State(trial.state)].value
+        if trial.state in STOPPING_TO_TERMINAL:
+            set_trial_state(trial, STOPPING_TO_TERMINAL[trial.state], "its process has exited")
         else:  # idle: waiting for work that will never come
-            trial.state = (State.COMPLETED if final == State.COMPLETED else State.CANCELED).value
-        trial.ended_at = trial.ended_at or utcnow()
+            set_trial_state(trial, terminal_for(stopping), "its experiment has finished")
+    why = "every trial has ended"
     if final == State.COMPLETED and exp.trials and all(t.state == State.ERROR for t in exp.trials):
         final = State.ERROR
-    exp.state = final.value
-    exp.ended_at = utcnow()
+        why = "every trial failed"
+    set_experiment_state(exp, final, why)
     exp.progress = 1.0 if final == State.COMPLETED else exp.progress
 
 
@@ -213,7 +245,7 @@ def experiment_json(exp: Experiment) -> dict:
         "id": exp.id,
         "name": exp.name,
         "description": exp.description,
-        "state": exp.state,
+        "state": exp.state.value,
         "owner": exp.owner.username if exp.owner else None,
         "config": exp.config,
         "progress": exp.progress,

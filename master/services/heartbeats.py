@@ -7,34 +7,29 @@ which only delays nothing: agents poll again.
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime
 from typing import Any
 
 import orjson
-from flask import current_app
 from sqlalchemy import bindparam
 
+from master.context import master_state
 from master.db import db
 from master.models import Agent
-
-_lock = threading.Lock()
-
-
-def _buffer() -> dict[str, tuple[datetime, dict[str, Any]]]:
-    """Per app, so a test's fresh app and database never see another's heartbeats."""
-    return current_app.extensions.setdefault("det_heartbeats", {})
+from master.states import AgentState
 
 
 def beat(agent_id: str, when: datetime, stats: dict[str, Any]) -> None:
-    with _lock:
-        _buffer()[agent_id] = (when, stats)
+    ms = master_state()
+    with ms.heartbeat_lock:
+        ms.heartbeats[agent_id] = (when, stats)
 
 
 def flush() -> int:
     """Write the buffered heartbeats (only for agents still ACTIVE). Caller has an app context."""
-    with _lock:
-        pending = _buffer()
+    ms = master_state()
+    with ms.heartbeat_lock:
+        pending = ms.heartbeats
         if not pending:
             return 0
         items = list(pending.items())
@@ -44,7 +39,7 @@ def flush() -> int:
     else:
         stmt = (
             Agent.__table__.update()
-            .where(Agent.id == bindparam("agent_id"), Agent.state == "ACTIVE")
+            .where(Agent.id == bindparam("agent_id"), Agent.state == AgentState.ACTIVE)
             .values(last_seen=bindparam("seen"), slot_stats=bindparam("stats"))
         )
         db.session.execute(
@@ -74,5 +69,6 @@ def _flush_postgres(items: list[tuple[str, tuple[datetime, dict[str, Any]]]]) ->
 
 
 def forget(agent_id: str) -> None:
-    with _lock:
-        _buffer().pop(agent_id, None)
+    ms = master_state()
+    with ms.heartbeat_lock:
+        ms.heartbeats.pop(agent_id, None)

@@ -6,24 +6,23 @@ a follower reading `?after=N` never skips a line that commits late.
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
 
+from master.context import master_state
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
 from master.models import Allocation, TaskLog, Trial
 from master.notify import hub, logs_key
 from master.states import is_terminal
 
-LOG_WRITE_LOCK = threading.Lock()
 MAX_LINE = 64 * 1024
-_alloc_trial: dict[str, int] = {}
 
 
 def _trial_for_allocation(alloc_id: str) -> int | None:
+    _alloc_trial = master_state().allocation_trial
     tid = _alloc_trial.get(alloc_id)
     if tid is None:
         alloc = db.session.get(Allocation, alloc_id)
@@ -117,13 +116,13 @@ def _insert(rows: list[dict], commit: bool = True) -> None:
     if not rows:
         return
     if commit:
-        with LOG_WRITE_LOCK:
+        with master_state().log_write_lock:
             db.session.execute(TaskLog.__table__.insert(), rows)
             db.session.commit()
     else:
         # Inside a state transition: the caller commits; the lock still orders it with ingest.
         db.session.execute(TaskLog.__table__.insert(), rows)
-    hub.notify(*{logs_key(r["trial_id"]) for r in rows})
+    hub().notify(*{logs_key(r["trial_id"]) for r in rows})
 
 
 def read_logs(trial_id: int, after: int, limit: int) -> list[dict]:
@@ -160,14 +159,14 @@ def _ended_for(trial: Trial | None) -> float | None:
 
 
 def logs_page(trial_id: int, after: int, limit: int, follow: bool, timeout: float) -> dict:
-    seen = hub.version(logs_key(trial_id))
+    seen = hub().version(logs_key(trial_id))
     logs = read_logs(trial_id, after, limit)
     ended_for = _ended_for(db.session.get(Trial, trial_id))
     if not logs and follow:
         wait = timeout if ended_for is None else max(0.0, min(timeout, LOG_GRACE_S - ended_for))
         if wait > 0:
             db.session.commit()  # end the read transaction before waiting
-            hub.wait(logs_key(trial_id), seen, wait)
+            hub().wait(logs_key(trial_id), seen, wait)
             logs = read_logs(trial_id, after, limit)
             db.session.expire_all()
             ended_for = _ended_for(db.session.get(Trial, trial_id))

@@ -142,7 +142,7 @@ def ingest(trial: Trial, reports: Any, batch_id: str | None = None) -> int:
 
 def _to_searcher(trial: Trial, rows: list[dict[str, Any]]) -> None:
     """Validation reports drive the time_metric form of adaptive ASHA (it may stop the trial)."""
-    from master.services import STATE_LOCK
+    from master.context import state_lock
     from master.services.searcher import searcher_validation_metrics
 
     reports = [
@@ -150,7 +150,7 @@ def _to_searcher(trial: Trial, rows: list[dict[str, Any]]) -> None:
         for r in rows
         if r["group"] == "validation"
     ]
-    with STATE_LOCK:
+    with state_lock():
         searcher_validation_metrics(trial.experiment, trial, reports)
 
 

@@ -6,30 +6,22 @@ exit, an agent joining), so nobody waits for a tick.
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import threading
-import uuid
-from datetime import timedelta
 
-from flask import Flask, current_app
+from flask import current_app
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from master.auth import new_token
-from master.db import db, utcnow
-from master.models import Agent, Allocation, Experiment, Slot, Trial
-from master.notify import agent_key, hub, preempt_key
+from master.context import master_state
+from master.db import db
+from master.models import Agent, Allocation, Experiment, Trial
+from master.notify import agent_key, hub
 from master.scheduler import AgentView, PoolPolicy, Request, Running, schedule
-from master.services import STATE_LOCK
+from master.services.allocations import containers_of, create_allocation, request_preemption
 from master.services.logs import write_master_line
-from master.states import State
+from master.states import LIVE_ALLOCATION, AgentState, State
 
 log = logging.getLogger("detlab.scheduler")
-
-# Why each queued trial waits (trial id -> reason), for the queue view; refreshed every pass.
-waiting_reasons: dict[int, str] = {}
 
 
 def job_order(exp: Experiment) -> float:
@@ -41,13 +33,13 @@ def job_order(exp: Experiment) -> float:
 
 def queued_trials() -> list[tuple[Trial, Experiment]]:
     """ACTIVE trials of ACTIVE experiments that have work and no live allocation."""
-    live = select(Allocation.trial_id).where(Allocation.state.in_(("ASSIGNED", "RUNNING")))
+    live = select(Allocation.trial_id).where(Allocation.state.in_(LIVE_ALLOCATION))
     q = (
         select(Trial, Experiment)
         .join(Experiment, Trial.experiment_id == Experiment.id)
         .where(
-            Trial.state == State.ACTIVE.value,
-            Experiment.state == State.ACTIVE.value,
+            Trial.state == State.ACTIVE,
+            Experiment.state == State.ACTIVE,
             Trial.searcher_target > Trial.searcher_completed,
             Trial.id.not_in(live),
         )
@@ -60,7 +52,7 @@ def _running() -> list[tuple[Allocation, Trial, Experiment]]:
         select(Allocation, Trial, Experiment)
         .join(Trial, Allocation.trial_id == Trial.id)
         .join(Experiment, Trial.experiment_id == Experiment.id)
-        .where(Allocation.state.in_(("ASSIGNED", "RUNNING")))
+        .where(Allocation.state.in_(LIVE_ALLOCATION))
     )
     return [(a, t, e) for a, t, e in db.session.execute(q).all()]
 
@@ -130,10 +122,11 @@ def schedule_pass() -> int:
     Caller has an app context. Preemptions only send the signal: the slots are reassigned in a
     later pass, once the preempted trial has checkpointed and exited.
     """
-    with STATE_LOCK:
+    ms = master_state()
+    with ms.state_lock:
         queued = queued_trials()
         if not queued:
-            waiting_reasons.clear()
+            ms.waiting_reasons.clear()
             db.session.commit()
             return 0
         # Only the pools with queued work, with every agent's slots in one query.
@@ -141,7 +134,7 @@ def schedule_pass() -> int:
         agents = list(
             db.session.execute(
                 select(Agent)
-                .where(Agent.state == "ACTIVE", Agent.resource_pool.in_(pools))
+                .where(Agent.state == AgentState.ACTIVE, Agent.resource_pool.in_(pools))
                 .options(selectinload(Agent.slots))
             ).scalars()
         )
@@ -158,7 +151,7 @@ def schedule_pass() -> int:
         trials = {str(t.id): t for t, _ in queued}
         woken: set[str] = set()
         created = 0
-        waiting_reasons.clear()
+        waiting: dict[int, str] = {}
         for pool in sorted({r.pool for r in requests}):
             decision = schedule(
                 _policy(pool),
@@ -178,199 +171,17 @@ def schedule_pass() -> int:
                 created += 1
             for victim in decision.preemptions:
                 alloc = allocs_by_trial.get(victim)
-                if alloc is None or alloc.preempt_requested:
+                if alloc is None or not request_preemption(alloc, alloc.trial_id):
                     continue
-                alloc.preempt_requested = True
-                alloc.preempt_requested_at = utcnow()
                 write_master_line(
                     alloc.trial_id,
                     alloc,
                     "preempted to make room for other work; it checkpoints, exits and queues again",
                 )
-                hub.notify(preempt_key(alloc.id))
-            waiting_reasons.update({int(k): v for k, v in decision.waiting.items()})
+            waiting.update({int(k): v for k, v in decision.waiting.items()})
+        ms.waiting_reasons.clear()
+        ms.waiting_reasons.update(waiting)
         db.session.commit()
     for agent_id in woken:
-        hub.notify(agent_key(agent_id))
+        hub().notify(agent_key(agent_id))
     return created
-
-
-def allocation_generation() -> int:
-    """Moves whenever an allocation is created or ends (per app): cheap cache invalidation."""
-    return current_app.extensions.get("det_alloc_gen", 0)
-
-
-def bump_allocation_generation() -> None:
-    """Mark that allocations changed; the generation moves when this transaction commits.
-
-    Moving it before the commit would let a concurrent reader cache the old state under the
-    new generation.
-    """
-    db.session.info["det_alloc_changed"] = True
-
-
-def after_commit(session) -> None:  # type: ignore[no-untyped-def]
-    """SQLAlchemy `after_commit` hook (registered by the app factory)."""
-    if session.info.pop("det_alloc_changed", False):
-        current_app.extensions["det_alloc_gen"] = allocation_generation() + 1
-
-
-def create_allocation(
-    trial: Trial, placements: tuple[tuple[str, tuple[int, ...]], ...]
-) -> Allocation:
-    """Reserve the slots of every placement; one container per agent, ranked in order."""
-    chief, chief_slots = placements[0]
-    alloc = Allocation(
-        id=str(uuid.uuid4()),
-        trial_id=trial.id,
-        agent_id=chief,
-        state="ASSIGNED",
-        slot_indexes=list(chief_slots),
-        containers={
-            agent_id: {"rank": rank, "slots": list(slots), "state": "ASSIGNED"}
-            for rank, (agent_id, slots) in enumerate(placements)
-        },
-    )
-    db.session.add(alloc)
-    db.session.flush()
-    bump_allocation_generation()
-    for agent_id, slots in placements:
-        if slots:
-            db.session.execute(
-                Slot.__table__.update()
-                .where(Slot.agent_id == agent_id, Slot.index.in_(slots))
-                .values(allocation_id=alloc.id)
-            )
-    return alloc
-
-
-def containers_of(alloc: Allocation) -> dict[str, dict]:
-    """Per-agent containers; allocations from before migration 0003 had one on `agent_id`."""
-    if alloc.containers:
-        return alloc.containers
-    return {
-        alloc.agent_id or "": {"rank": 0, "slots": list(alloc.slot_indexes), "state": alloc.state}
-    }
-
-
-# A Trial class entrypoint (`model_def:MyTrial`) runs through the harness's launcher.
-TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-
-
-def command_for(entrypoint: str) -> str:
-    if TRIAL_CLASS.match(entrypoint.strip()):
-        return f"python3 -m harness.launch {entrypoint.strip()}"
-    return entrypoint
-
-
-PREEMPTION_TIMEOUT = "killed: it ignored the preemption signal past the timeout"
-
-
-def enforce_preemption_timeouts() -> None:
-    """A trial that ignores the preemption signal past the timeout is killed."""
-    timeout = current_app.config["DET"].preemption_timeout
-    cutoff = utcnow() - timedelta(seconds=timeout)
-    with STATE_LOCK:
-        allocs = db.session.execute(
-            select(Allocation).where(
-                Allocation.state.in_(("ASSIGNED", "RUNNING")),
-                Allocation.preempt_requested.is_(True),
-                Allocation.kill_requested.is_(False),
-                Allocation.preempt_requested_at < cutoff,
-                (Allocation.exit_reason.is_(None)) | (Allocation.exit_reason != PREEMPTION_TIMEOUT),
-            )
-        ).scalars()
-        woken = []
-        for alloc in allocs:
-            # Kill its containers, but as a preemption: the trial queues again afterwards.
-            alloc.containers = {k: {**v, "kill": True} for k, v in containers_of(alloc).items()}
-            alloc.exit_reason = PREEMPTION_TIMEOUT
-            write_master_line(
-                alloc.trial_id,
-                alloc,
-                f"trial did not stop within {timeout:g}s of the preemption signal; killing it",
-            )
-            woken.append(alloc)
-        db.session.commit()
-    for alloc in woken:
-        hub.notify(preempt_key(alloc.id))
-        for agent_id in containers_of(alloc):
-            hub.notify(agent_key(agent_id))
-
-
-def start_spec(alloc: Allocation, agent_id: str) -> dict:
-    """What `agent_id` needs to start its container of this allocation (fresh session token)."""
-    containers = containers_of(alloc)
-    mine = containers.get(agent_id) or {"rank": 0, "slots": list(alloc.slot_indexes)}
-    trial = db.session.get(Trial, alloc.trial_id)
-    assert trial is not None
-    exp = trial.experiment
-    token = new_token(allocation_id=alloc.id)
-    config = exp.config
-    env = {
-        "DET_SESSION_TOKEN": token,
-        "DET_EXPERIMENT_ID": str(exp.id),
-        "DET_TRIAL_ID": str(trial.id),
-        "DET_TRIAL_REQUEST_ID": trial.request_id,
-        "DET_ALLOCATION_ID": alloc.id,
-        "DET_TRIAL_SEED": str(trial.seed),
-        "DET_TRIAL_RESTARTS": str(trial.restarts),
-        "DET_HPARAMS": json.dumps(trial.hparams),
-        "DET_LATEST_CHECKPOINT": trial.latest_checkpoint or "",
-        "DET_SLOT_IDS": json.dumps(list(mine["slots"])),
-        "DET_CONTAINER_RANK": str(mine["rank"]),
-        "DET_NUM_CONTAINERS": str(len(containers)),
-        "DET_CONTAINER_ADDRS": json.dumps([]),
-        "DET_EXPERIMENT_CONFIG": json.dumps(config),
-    }
-    return {
-        "allocation_id": alloc.id,
-        "trial_id": trial.id,
-        "experiment_id": exp.id,
-        "entrypoint": command_for(config["entrypoint"]),
-        "slot_indexes": list(mine["slots"]),
-        "env": env,
-        "environment": config.get("environment", {}),
-        "bind_mounts": config.get("bind_mounts", []),
-        "checkpoint_storage": config.get("checkpoint_storage", {}),
-        "model_def_url": f"/api/v1/experiments/{exp.id}/model_def" if exp.model_def else None,
-        "model_def_sha256": exp.model_def_sha256,
-    }
-
-
-class Kicker:
-    """Runs the scheduling pass in a background thread whenever asked, coalescing requests."""
-
-    def __init__(self, app: Flask) -> None:
-        self.app = app
-        self._event = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="schedule-kicker", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def kick(self) -> None:
-        self._event.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._event.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._event.wait()
-            self._event.clear()
-            if self._stop.is_set():
-                return
-            try:
-                with self.app.app_context():
-                    schedule_pass()
-            except Exception:
-                log.exception("scheduling pass failed")
-
-
-def request_schedule() -> None:
-    kicker: Kicker | None = current_app.extensions.get("det_kicker")
-    if kicker is not None:
-        kicker.kick()

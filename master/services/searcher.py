@@ -6,8 +6,8 @@ from collections import deque
 
 from sqlalchemy import select
 
-from master.db import db, utcnow
-from master.models import Allocation, Experiment, Trial
+from master.db import db
+from master.models import Experiment, Trial
 from master.searcher import (
     Close,
     Create,
@@ -19,9 +19,9 @@ from master.searcher import (
     make_searcher,
 )
 from master.searcher.base import Stop
+from master.services.allocations import live_allocation, request_preemption
+from master.services.transitions import set_experiment_state, set_trial_state
 from master.states import State, is_terminal
-
-LIVE = ("ASSIGNED", "RUNNING")
 
 
 def load_searcher(exp: Experiment) -> SearchMethod:
@@ -29,12 +29,6 @@ def load_searcher(exp: Experiment) -> SearchMethod:
     if exp.searcher_state is not None:
         method.restore(exp.searcher_state)
     return method
-
-
-def live_allocation(trial_id: int) -> Allocation | None:
-    return db.session.execute(
-        select(Allocation).where(Allocation.trial_id == trial_id, Allocation.state.in_(LIVE))
-    ).scalar_one_or_none()
 
 
 def _trial_by_request(exp: Experiment, request_id: str) -> Trial | None:
@@ -50,7 +44,6 @@ def apply_operations(exp: Experiment, method: SearchMethod, ops: list[Operation]
     restart never loses or duplicates a trial.
     """
     queue: deque[Operation] = deque(ops)
-    stopped: list[str] = []
     while queue:
         op = queue.popleft()
         if isinstance(op, Create):
@@ -59,7 +52,7 @@ def apply_operations(exp: Experiment, method: SearchMethod, ops: list[Operation]
                 trial = Trial(
                     experiment_id=exp.id,
                     request_id=op.request_id,
-                    state=state.value,
+                    state=state,
                     hparams=op.hparams,
                     seed=op.seed,
                 )
@@ -80,8 +73,7 @@ def apply_operations(exp: Experiment, method: SearchMethod, ops: list[Operation]
                 live_allocation(trial.id) is None
                 and trial.searcher_completed >= trial.searcher_target
             ):
-                trial.state = State.COMPLETED.value
-                trial.ended_at = utcnow()
+                set_trial_state(trial, State.COMPLETED, "the searcher closed it")
                 queue.extend(method.on_trial_closed(op.request_id))
         elif isinstance(op, Stop):
             # Stop early (time_metric form): no more work; a running trial gets the
@@ -93,20 +85,16 @@ def apply_operations(exp: Experiment, method: SearchMethod, ops: list[Operation]
             trial.searcher_target = trial.searcher_completed
             alloc = live_allocation(trial.id)
             if alloc is None:
-                trial.state = State.COMPLETED.value
-                trial.ended_at = utcnow()
+                set_trial_state(trial, State.COMPLETED, "the searcher stopped it early")
                 queue.extend(method.on_trial_closed(op.request_id))
-            elif not alloc.preempt_requested:
-                alloc.preempt_requested = True
-                alloc.preempt_requested_at = utcnow()
-                stopped.append(alloc.id)
+            else:
+                request_preemption(alloc, trial.id)
         elif isinstance(op, Shutdown) and exp.state in (State.ACTIVE, State.PAUSED):
-            exp.state = (State.STOPPING_ERROR if op.failure else State.STOPPING_COMPLETED).value
+            if op.failure:
+                set_experiment_state(exp, State.STOPPING_ERROR, "the searcher failed")
+            else:
+                set_experiment_state(exp, State.STOPPING_COMPLETED, "the searcher is done")
     exp.searcher_state = method.snapshot()
-    if stopped:
-        from master.notify import hub, preempt_key
-
-        hub.notify(*(preempt_key(a) for a in stopped))
 
 
 def searcher_validation_metrics(exp: Experiment, trial: Trial, reports: list[dict]) -> None:

@@ -8,28 +8,27 @@ from typing import Any
 
 from sqlalchemy import select
 
+from detlab.protocol import ExitCause
 from master.auth import revoke_allocation_tokens
-from master.db import db, iso, utcnow
+from master.context import master_state, state_lock
+from master.db import db, iso
 from master.errors import BadRequest, Conflict, NotFound
 from master.models import Allocation, Experiment, Slot, Trial
 from master.notify import agent_key, hub, logs_key, preempt_key, trial_key
 from master.searcher import ExitedReason
-from master.services import STATE_LOCK, rendezvous
+from master.services.allocations import bump_allocation_generation, live_allocation
 from master.services.experiments import maybe_finish
 from master.services.logs import write_master_line
-from master.services.scheduling import PREEMPTION_TIMEOUT, bump_allocation_generation
 from master.services.searcher import (
     apply_operations,
-    live_allocation,
     load_searcher,
     searcher_exited_early,
     searcher_trial_closed,
     update_progress,
 )
-from master.states import STOPPING_TO_TERMINAL, State, is_terminal, trial_display_state
-
-# The agent's EXITED error when it was stopped on purpose (agent/runtime: shutdown).
-AGENT_SHUTDOWN = "killed because det-agent is shutting down"
+from master.services.transitions import set_allocation_state, set_trial_state
+from master.states import AllocationState, State, is_terminal, trial_display_state
+from master.trial_exits import ExitFacts, Outcome, decide, final_state
 
 
 def get_trial(trial_id: int) -> Trial:
@@ -52,7 +51,7 @@ def complete_operation(trial_id: int, length: int, metric: Any) -> None:
     if not isinstance(length, int) or isinstance(length, bool):
         raise BadRequest("length must be an integer", path="length")
     metric = _as_float(metric)
-    with STATE_LOCK:
+    with state_lock():
         trial = get_trial(trial_id)
         if length != trial.searcher_target:
             raise Conflict(
@@ -113,13 +112,10 @@ def early_exit(trial_id: int, reason: str) -> None:
             + ", ".join(r.value for r in ExitedReason),
             path="reason",
         ) from None
-    with STATE_LOCK:
+    with state_lock():
         trial = get_trial(trial_id)
         trial.exit_reason = why.value
         db.session.commit()
-
-
-_progress_at: dict[int, float] = {}
 
 
 def set_progress(trial_id: int, progress: float) -> None:
@@ -127,133 +123,106 @@ def set_progress(trial_id: int, progress: float) -> None:
     trial = get_trial(trial_id)
     trial.progress = float(progress)
     now = time.monotonic()
-    if now - _progress_at.get(trial.experiment_id, 0.0) >= 1.0:
-        _progress_at[trial.experiment_id] = now
-        with STATE_LOCK:
+    progress_at = master_state().progress_at
+    if now - progress_at.get(trial.experiment_id, 0.0) >= 1.0:
+        progress_at[trial.experiment_id] = now
+        with state_lock():
             update_progress(trial.experiment)
     db.session.commit()
 
 
-def allocation_exited(alloc: Allocation, exit_code: int | None, error: str | None) -> None:
-    """Decide what a finished allocation means for its trial. Caller holds STATE_LOCK, commits."""
-    if alloc.state == "TERMINATED":
+def allocation_exited(
+    alloc: Allocation, exit_code: int | None, error: str | None, cause: ExitCause | None = None
+) -> None:
+    """Decide what a finished allocation means for its trial. Caller holds the state lock."""
+    if alloc.state == AllocationState.TERMINATED:
         return
-    now = utcnow()
-    alloc.state = "TERMINATED"
     alloc.exit_code = exit_code
     alloc.exit_reason = error or alloc.exit_reason
-    alloc.ended_at = now
+    alloc.exit_cause = cause or alloc.exit_cause
+    set_allocation_state(alloc, AllocationState.TERMINATED, _describe(exit_code, error))
     db.session.execute(
         Slot.__table__.update().where(Slot.allocation_id == alloc.id).values(allocation_id=None)
     )
     bump_allocation_generation()
     revoke_allocation_tokens(alloc.id)
-    rendezvous.forget(alloc.id)
+    master_state().rendezvous.forget(alloc.id)
     trial = db.session.get(Trial, alloc.trial_id)
     assert trial is not None
     exp = trial.experiment
-    hub.notify(preempt_key(alloc.id), trial_key(trial.id), logs_key(trial.id))
+    hub().notify(preempt_key(alloc.id), trial_key(trial.id), logs_key(trial.id))
     for agent_id in {alloc.agent_id, *(alloc.containers or {})} - {None, ""}:
-        hub.notify(agent_key(agent_id))
-    ok = exit_code == 0 and not error
-    describe = f"exit code {exit_code}" if exit_code is not None else (error or "unknown")
-    if error and exit_code is not None:
-        describe = f"exit code {exit_code}: {error}"
-
-    if State(trial.state) in STOPPING_TO_TERMINAL:
-        trial.state = STOPPING_TO_TERMINAL[State(trial.state)].value
-        trial.ended_at = now
-        write_master_line(trial.id, alloc, f"trial stopped ({describe})")
-    elif trial.state == State.PAUSED:
-        write_master_line(trial.id, alloc, f"trial paused ({describe})")
-    elif trial.state == State.ACTIVE:
-        if trial.exit_reason == ExitedReason.INVALID_HP and (ok or exit_code is not None):
-            trial.state = State.COMPLETED.value
-            trial.ended_at = now
-            write_master_line(trial.id, alloc, "trial exited early: invalid hyperparameters")
-            searcher_exited_early(exp, trial, ExitedReason.INVALID_HP)
-        elif (
-            trial.closing
-            and trial.searcher_completed >= trial.searcher_target
-            and (ok or alloc.preempt_requested)
-        ):
-            # Closed by the searcher (done, or stopped early and killed past the timeout).
-            trial.state = State.COMPLETED.value
-            trial.ended_at = now
-            write_master_line(trial.id, alloc, "trial completed")
-            searcher_trial_closed(exp, trial)
-        elif ok and trial.searcher_completed >= trial.searcher_target:
-            if trial.closing or exp.state == State.STOPPING_COMPLETED:
-                trial.state = State.COMPLETED.value
-                trial.ended_at = now
-                write_master_line(trial.id, alloc, "trial completed")
-                searcher_trial_closed(exp, trial)
-            else:
-                write_master_line(trial.id, alloc, "trial is waiting for the searcher")
-        elif alloc.preempt_requested and (ok or alloc.exit_reason == PREEMPTION_TIMEOUT):
-            write_master_line(
-                trial.id, alloc, "trial preempted; it will resume from its checkpoint"
-            )
-        elif error and error.startswith(AGENT_SHUTDOWN):
-            # Not the trial's fault: requeue it without spending one of its restarts.
-            write_master_line(trial.id, alloc, f"{error}; the trial will resume elsewhere")
-        else:
-            if ok:
-                describe = (
-                    f"exited with code 0 after training to {trial.searcher_completed} of the "
-                    f"{trial.searcher_target} the searcher asked for"
-                )
-            _failed(exp, trial, alloc, describe)
+        hub().notify(agent_key(agent_id))
+    facts = ExitFacts(
+        trial_state=State(trial.state),
+        exit_code=exit_code,
+        error=error,
+        cause=alloc.exit_cause,
+        invalid_hp=trial.exit_reason == ExitedReason.INVALID_HP,
+        closing=trial.closing,
+        trained_enough=trial.searcher_completed >= trial.searcher_target,
+        experiment_completing=exp.state == State.STOPPING_COMPLETED,
+        preempt_requested=alloc.preempt_requested,
+        kill_requested=alloc.kill_requested,
+        restarts=trial.restarts,
+        max_restarts=int(exp.config.get("max_restarts", 5)),
+    )
+    _apply_outcome(exp, trial, alloc, facts, decide(facts))
     maybe_finish(exp)
     update_progress(exp)
 
 
-def _failed(exp: Experiment, trial: Trial, alloc: Allocation, describe: str) -> None:
-    max_restarts = int(exp.config.get("max_restarts", 5))
-    if alloc.kill_requested:
-        trial.state = State.CANCELED.value
-        trial.ended_at = utcnow()
-        write_master_line(trial.id, alloc, f"trial killed ({describe})")
-        searcher_exited_early(exp, trial, ExitedReason.USER_CANCELED)
-        return
-    trial.restarts += 1
-    if describe_is_permanent(describe):
-        # Retrying cannot help (the image does not exist or cannot be pulled): fail now.
-        max_restarts = min(max_restarts, trial.restarts - 1)
-    if trial.restarts > max_restarts:
-        trial.state = State.ERROR.value
-        trial.ended_at = utcnow()
-        trial.exit_reason = f"failed {trial.restarts} times; last: {describe}"
-        write_master_line(
-            trial.id,
-            alloc,
-            f"trial failed ({describe}); max_restarts={max_restarts} reached, trial is ERROR",
-        )
-        searcher_exited_early(exp, trial, ExitedReason.ERRORED)
-    else:
+def _describe(exit_code: int | None, error: str | None) -> str:
+    if error and exit_code is not None:
+        return f"exit code {exit_code}: {error}"
+    return f"exit code {exit_code}" if exit_code is not None else (error or "unknown")
+
+
+def _apply_outcome(
+    exp: Experiment, trial: Trial, alloc: Allocation, facts: ExitFacts, outcome: Outcome
+) -> None:
+    describe = _describe(facts.exit_code, facts.error)
+    if outcome in (Outcome.RESTART, Outcome.FAILED):
+        trial.restarts += 1
+        if facts.ok:
+            describe = (
+                f"exited with code 0 after training to {trial.searcher_completed} of the "
+                f"{trial.searcher_target} the searcher asked for"
+            )
+    line = {
+        Outcome.STOPPED: f"trial stopped ({describe})",
+        Outcome.PAUSED: f"trial paused ({describe})",
+        Outcome.INVALID_HP: "trial exited early: invalid hyperparameters",
+        Outcome.COMPLETED: "trial completed",
+        Outcome.WAIT_FOR_SEARCHER: "trial is waiting for the searcher",
+        Outcome.PREEMPTED: "trial preempted; it will resume from its checkpoint",
+        Outcome.REQUEUE: f"{facts.error or describe}; the trial will resume elsewhere",
+        Outcome.KILLED: f"trial killed ({describe})",
+        Outcome.FAILED: (
+            f"trial failed ({describe}); max_restarts={facts.max_restarts} reached, trial is ERROR"
+        ),
+    }.get(outcome)
+    if outcome == Outcome.RESTART:
         where = f"checkpoint {trial.latest_checkpoint}" if trial.latest_checkpoint else "the start"
-        write_master_line(
-            trial.id,
-            alloc,
-            f"trial failed ({describe}); restart {trial.restarts} of {max_restarts} from {where}",
+        line = (
+            f"trial failed ({describe}); restart {trial.restarts} of {facts.max_restarts} "
+            f"from {where}"
         )
-
-
-# Failures the agent reports that no restart can fix.
-PERMANENT_FAILURES = ("cannot pull the image",)
-
-
-def describe_is_permanent(describe: str) -> bool:
-    return any(marker in describe for marker in PERMANENT_FAILURES)
-
-
-def finish_allocation(alloc_id: str, exit_code: int | None, error: str | None) -> None:
-    with STATE_LOCK:
-        alloc = db.session.get(Allocation, alloc_id)
-        if alloc is None:
-            return
-        allocation_exited(alloc, exit_code, error)
-        db.session.commit()
+    if outcome == Outcome.FAILED:
+        trial.exit_reason = f"failed {trial.restarts} times; last: {describe}"
+    dst = final_state(outcome, facts.trial_state)
+    if dst is not None:
+        set_trial_state(trial, dst, line or describe)
+    if line:
+        write_master_line(trial.id, alloc, line)
+    if outcome == Outcome.INVALID_HP:
+        searcher_exited_early(exp, trial, ExitedReason.INVALID_HP)
+    elif outcome == Outcome.COMPLETED:
+        searcher_trial_closed(exp, trial)
+    elif outcome == Outcome.KILLED:
+        searcher_exited_early(exp, trial, ExitedReason.USER_CANCELED)
+    elif outcome == Outcome.FAILED:
+        searcher_exited_early(exp, trial, ExitedReason.ERRORED)
 
 
 def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = True) -> dict:
@@ -263,7 +232,7 @@ def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = 
         "id": trial.id,
         "experiment_id": trial.experiment_id,
         "request_id": trial.request_id,
-        "state": trial.state,
+        "state": trial.state.value,
         "display_state": trial_display_state(trial.state, alloc.state if alloc else None),
         "hparams": trial.hparams,
         "seed": trial.seed,

@@ -11,6 +11,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from detlab.protocol import PROTOCOL_VERSION
 from master.config import MasterConfig
 from master.db import db
 
@@ -29,13 +30,14 @@ def app(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> Iterator[Flask]:
     """The master app; parametrize it indirectly with a dict to override MasterConfig fields."""
-    from master.app import create_app
+    from master.app import create_app, prepare_database
 
     monkeypatch.setenv("DET_AGENT_TOKEN", "agent-secret")
     monkeypatch.setenv("DET_ADMIN_PASSWORD", "admin-password")
     overrides = dict(getattr(request, "param", {}) or {})
     cfg = MasterConfig(db=pg_url, data_dir=tmp_path / "data", agent_timeout=30, **overrides)
-    app = create_app(cfg, start_background=False)
+    app = create_app(cfg)
+    prepare_database(app)
     yield app
     with app.app_context():
         db.session.remove()
@@ -67,6 +69,7 @@ def poll(
     client: FlaskClient, allocations: list | None = None, agent_id: str = "a1", slots: int = 1
 ) -> list:
     body = {
+        "protocol": PROTOCOL_VERSION,
         "resource_pool": "default",
         "slots": [{"index": i, "type": "cpu"} for i in range(slots)],
         "allocations": allocations or [],

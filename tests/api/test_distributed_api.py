@@ -15,7 +15,7 @@ TWO_SLOTS = CONFIG + "resources: {slots_per_trial: 2}\n"
 
 
 def place_across(app: Flask, placements: tuple) -> None:
-    from master.services.scheduling import create_allocation
+    from master.services.allocations import create_allocation
 
     with app.app_context():
         trial = db.session.get(Trial, 1)

@@ -6,6 +6,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from detlab.protocol import PROTOCOL_VERSION
 from master.config import ResourcePoolConfig
 from tests.api.conftest import CONFIG, login, poll, schedule, start_one, submit, trial_auth
 
@@ -92,7 +93,7 @@ def test_moving_pools_preempts_and_requeues(app: Flask, client: FlaskClient) -> 
     assert schedule(app) == 0  # no agent in "big" yet
     jobs = queue(client, auth, "big")
     assert jobs[0]["reason"] == "no agents in resource pool 'big'"
-    body = {"resource_pool": "big", "slots": [{"index": 0, "type": "cpu"}], "allocations": []}
+    body = {"protocol": PROTOCOL_VERSION, "resource_pool": "big", "slots": [{"index": 0}]}
     client.post(
         "/api/v1/agents/b1/poll", json=body, headers={"Authorization": "Bearer agent-secret"}
     )

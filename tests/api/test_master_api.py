@@ -52,6 +52,15 @@ def test_agents_cannot_use_user_routes_and_users_cannot_poll(client: FlaskClient
     assert r.status_code == 403
 
 
+def test_an_agent_of_another_protocol_is_told_so(client: FlaskClient) -> None:
+    for body, spoken in (({"slots": []}, "an older protocol"), ({"protocol": 1}, "protocol 1")):
+        r = client.post("/api/v1/agents/a1/poll", json=body, headers=AGENT)
+        assert r.status_code == 400
+        assert r.json["error"]["path"] == "protocol"
+        assert spoken in r.json["error"]["message"]
+        assert "run a det-agent of the master's version" in r.json["error"]["message"]
+
+
 def test_bad_configs_name_the_bad_field(client: FlaskClient) -> None:
     auth = login(client)
     r = submit(client, auth, CONFIG.replace("max_length", "max_lenght"))
@@ -145,7 +154,8 @@ def test_full_lifecycle_metrics_checkpoint_and_completion(app: Flask, client: Fl
     assert d["experiment"]["progress"] == 1.0
     assert d["experiment"]["best_validation"] == 0.25
     alone = client.get(f"/api/v1/experiments/{exp['id']}?trials=false", headers=auth).json
-    assert alone == {"experiment": d["experiment"]} and alone["experiment"]["num_trials"] == 1
+    assert alone == {"experiment": d["experiment"], "rung_lengths": [100]}
+    assert alone["experiment"]["num_trials"] == 1
     t = d["trials"][0]
     assert (t["state"], t["steps_completed"], t["latest_checkpoint"]) == (
         "COMPLETED",
@@ -427,3 +437,29 @@ def test_a_retried_metrics_batch_is_stored_once(app: Flask, client: FlaskClient)
     assert [m["steps_completed"] for m in got] == [1, 2]
     r = client.post(url, json={"batch_id": "x" * 65, "reports": []}, headers=tauth)
     assert r.status_code == 400 and r.json["error"]["path"] == "batch_id"
+
+
+def test_search_preview_creates_nothing_and_describe_gives_rung_lengths(
+    client: FlaskClient,
+) -> None:
+    auth = login(client)
+    asha = CONFIG.replace(
+        "searcher: {name: single, metric: loss, max_length: {batches: 100}}",
+        "searcher: {name: adaptive_asha, metric: loss, max_length: {batches: 64}, "
+        "max_trials: 16, divisor: 4, max_rungs: 3, mode: aggressive}\n"
+        "hyperparameters: {lr: {type: double, minval: 0.01, maxval: 0.1}}",
+    ).replace("hyperparameters: {lr: 0.1}\n", "")
+    r = client.post("/api/v1/experiments/preview", json={"config": asha}, headers=auth)
+    assert r.status_code == 200, r.json
+    preview = r.json["preview"]
+    assert preview["searcher"] == "adaptive_asha" and preview["trials"] == 16
+    assert [rung["length"] for rung in preview["rungs"]] == [4, 16, 64]
+    assert client.get("/api/v1/experiments", headers=auth).json["total"] == 0
+    bad = client.post("/api/v1/experiments/preview", json={"config": ""}, headers=auth)
+    assert bad.status_code == 400 and bad.json["error"]["path"] == "config"
+    typo = asha.replace("max_trials", "max_trails")
+    r = client.post("/api/v1/experiments/preview", json={"config": typo}, headers=auth)
+    assert r.status_code == 400 and r.json["error"]["path"] == "searcher.max_trails"
+    exp = submit(client, auth, asha)["experiment"]
+    described = client.get(f"/api/v1/experiments/{exp['id']}", headers=auth).json
+    assert described["rung_lengths"] == [4, 16, 64]

@@ -22,7 +22,6 @@ from agent.runtime.docker import (
     LogPos,
     ResentLines,
     _checked_model_def,
-    _DeliveryTap,
     iso_us,
     parse_ts,
 )
@@ -51,13 +50,14 @@ class FakeClient:
         return True
 
 
-def ctx(tmp_path: Path, slots: list[dict] | None = None, sink: Any = None) -> RuntimeContext:
+def ctx(tmp_path: Path, slots: list[dict] | None = None, shipper: Any = None) -> RuntimeContext:
     return RuntimeContext(
         work_dir=tmp_path / "work",
         master_url="http://127.0.0.1:8080",
         agent_id="a1",
         slots=slots or [{"index": 0, "type": "cpu", "uuid": "cpu-0"}],
-        log_sink=sink or (lambda *_: None),
+        log_sink=shipper.add if shipper else (lambda *_: None),
+        log_delivery=shipper,
     )
 
 
@@ -144,15 +144,24 @@ def test_partial_frames_make_one_line() -> None:
 
 
 class Shipper:
-    """The LogShipper's surface the runtime uses: `add` ships at once through `client`."""
+    """The LogShipper's surface a runtime uses (`add`, and `agent.runtime.LogDelivery`): `add`
+    ships at once through `client` and then reports the delivery, as LogShipper does."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.listeners: list[Any] = []
 
     def add(self, aid: str, stream: str, line: str, timestamp: str | None = None) -> None:
-        self.client.ship_logs(
-            [{"allocation_id": aid, "stream": stream, "line": line, "timestamp": timestamp}]
-        )
+        batch = [{"allocation_id": aid, "stream": stream, "line": line, "timestamp": timestamp}]
+        self.client.ship_logs(batch)
+        for listener in self.listeners:
+            listener(batch)
+
+    def on_delivered(self, listener: Any) -> None:
+        self.listeners.append(listener)
+
+    def stored_tail(self, aid: str, limit: int = 2000) -> list[dict]:
+        return self.client.log_tail(aid)
 
 
 def test_delivery_tap_moves_the_saved_position(tmp_path: Path) -> None:
@@ -163,8 +172,8 @@ def test_delivery_tap_moves_the_saved_position(tmp_path: Path) -> None:
             shipped.append(lines)
 
     shipper = Shipper(Client())
-    rt = DockerRuntime(ctx(tmp_path, sink=shipper.add), client=FakeClient())
-    assert isinstance(shipper.client, _DeliveryTap)
+    rt = DockerRuntime(ctx(tmp_path, shipper=shipper), client=FakeClient())
+    assert shipper.listeners == [rt._on_delivered]
     from agent.runtime.docker import _LogState
 
     st = _LogState(rt._state_path("alloc-1"), "cid", LogPos())
@@ -212,7 +221,7 @@ def test_a_reattached_log_skips_lines_the_master_already_has(tmp_path: Path) -> 
             ]
 
     shipper = Shipper(Client())
-    rt = DockerRuntime(ctx(tmp_path, sink=shipper.add), client=FakeClient())
+    rt = DockerRuntime(ctx(tmp_path, shipper=shipper), client=FakeClient())
     from agent.runtime.docker import _LogState
 
     saved = LogPos(iso_us(t[1]) * 1000, 1)  # the saved position: tick 1

@@ -264,3 +264,21 @@ def test_command_line() -> None:
 
 def test_app_is_importable_without_a_master() -> None:
     assert DetTUI.MODES.keys() == {"cluster", "queue", "experiments"}
+
+
+def test_fake_client_implements_the_api() -> None:
+    """The fake and the real client both satisfy the one declared interface, signature by
+    signature (a renamed or re-ordered parameter on either side fails here)."""
+    import inspect
+
+    from harness.api import Client
+    from tui.api import ClusterAPI
+
+    for cls in (Client, FakeClient):
+        for name, declared in inspect.getmembers(ClusterAPI, inspect.isfunction):
+            if name.startswith("_"):
+                continue
+            impl = getattr(cls, name)
+            want = [p.name for p in inspect.signature(declared).parameters.values()]
+            got = [p.name for p in inspect.signature(impl).parameters.values()][: len(want)]
+            assert got == want, f"{cls.__name__}.{name}{inspect.signature(impl)}"

@@ -16,6 +16,7 @@ import pytest
 from agent.client import AgentClient, api_path
 from agent.logs import LogShipper
 from harness.api import BadRequest, MasterUnreachable, Session
+from tests.unit.test_agent_loop import wait_until
 
 
 class FakeClient:
@@ -50,6 +51,29 @@ def test_batches_and_order() -> None:
     first = client.lines[0]
     assert set(first) == {"allocation_id", "timestamp", "stream", "line"}
     assert first["timestamp"].endswith("Z")
+    shipper.close()
+
+
+def test_delivery_listeners_hear_each_accepted_batch_and_never_break_shipping() -> None:
+    client = FakeClient()
+    shipper = LogShipper(client, flush_interval=0.01).start()
+    heard: list[list[str]] = []
+
+    def broken(_batch: list[dict[str, Any]]) -> None:
+        raise RuntimeError("a listener's bug")
+
+    shipper.on_delivered(broken)
+    shipper.on_delivered(lambda batch: heard.append([ln["line"] for ln in batch]))
+    client.down.set()
+    shipper.add("a", "stdout", "one")
+    wait_until(lambda: client.calls >= 2, 5, "a retried batch")
+    assert heard == []  # refused deliveries are not reported
+    client.down.clear()
+    assert shipper.flush(5)
+    shipper.add("a", "stdout", "two")
+    assert shipper.flush(5)
+    assert [ln for batch in heard for ln in batch] == ["one", "two"]
+    assert heard == [[ln["line"] for ln in b] for b in client.batches]
     shipper.close()
 
 

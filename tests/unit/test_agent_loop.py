@@ -318,7 +318,7 @@ def test_det_agent_sigterm_kills_trials_and_reports(
     assert last["wait"] == 0
     assert last["allocations"] == [
         {"id": "s1", "state": "EXITED", "exit_code": -15, "pid": last["allocations"][0]["pid"],
-         "error": "killed because det-agent is shutting down"}
+         "error": "killed because det-agent is shutting down", "cause": "agent_shutdown"}
     ]  # fmt: skip
     assert "[agent cli-agent]" in out
     assert (tmp_path / "agent-cli-agent").is_dir(), "default work dir is <data-dir>/agent-<id>"

@@ -183,6 +183,7 @@ def test_kill_before_start_and_idempotent_start(runtime: ProcessRuntime, sink: S
         "exit_code": None,
         "pid": None,
         "error": None,
+        "cause": None,
     }
     runtime.kill("p")
     assert state(runtime, "p")["state"] == EXITED

@@ -418,3 +418,28 @@ def test_gp_believes_running_trials_score_what_it_predicts(acqf_seen: list[Any])
     assert bool((var_with <= var_without + 1e-12).all())
     assert float(var_run_with) < 0.5 * float(var_run_without)
     assert with_running._threshold == pytest.approx(without._threshold)
+
+
+def test_a_changed_optuna_falls_back_loudly_once(caplog: pytest.LogCaptureFixture) -> None:
+    """If Optuna's GP internals move, searches go on with stock EI and the master says so."""
+    import types
+
+    import torch
+
+    from master.searcher import model
+
+    class LogEI:  # an acquisition without the attributes plug-in EI reads
+        pass
+
+    fake_module = types.SimpleNamespace(LogEI=LogEI, __name__="optuna._gp.acqf")
+    acqf = LogEI()
+    model._FELL_BACK.clear()
+    try:
+        with caplog.at_level("ERROR", logger="detlab.searcher"):
+            assert model._plug_in(acqf, fake_module, torch) is acqf
+            assert model._plug_in(acqf, fake_module, torch) is acqf
+        errors = [r for r in caplog.records if r.levelname == "ERROR"]
+        assert len(errors) == 1
+        assert "falling back to Optuna's stock expected improvement" in errors[0].getMessage()
+    finally:
+        model._FELL_BACK.clear()

@@ -1,4 +1,4 @@
-"""Background jobs on APScheduler: the scheduling tick, the agent reaper, preemption timeouts."""
+"""The master's background work on APScheduler: scheduling tick, agent reaper, timeouts."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
+from master.context import MasterState
 from master.services import heartbeats
 from master.services.agents import reap_lost_agents
-from master.services.scheduling import enforce_preemption_timeouts, schedule_pass
+from master.services.allocations import enforce_preemption_timeouts
+from master.services.scheduling import schedule_pass
 
 log = logging.getLogger("detlab.jobs")
 
@@ -63,7 +65,7 @@ class TickStats:
         }
 
 
-def start_jobs(app: Flask) -> BackgroundScheduler:
+def start_jobs(app: Flask, state: MasterState) -> BackgroundScheduler:
     cfg = app.config["DET"]
     sched = BackgroundScheduler(daemon=True, job_defaults={"coalesce": True, "max_instances": 1})
     sched.add_job(
@@ -80,6 +82,6 @@ def start_jobs(app: Flask) -> BackgroundScheduler:
     sched.add_job(_in_app(app, heartbeats.flush), "interval", seconds=1.0, id="heartbeats")
     stats = TickStats()
     sched.add_listener(stats.record, EVENT_JOB_SUBMITTED)
-    app.extensions["det_tick_stats"] = stats
+    state.tick_stats = stats
     sched.start()
     return sched

@@ -7,9 +7,9 @@ from flask import Blueprint, jsonify, request
 from master.api._util import json_body
 from master.auth import require_user
 from master.errors import Forbidden, NotFound
-from master.services import jobs as svc
+from master.services import job_queue as svc
 from master.services.experiments import get_experiment
-from master.services.scheduling import request_schedule
+from master.services.kicker import request_schedule
 
 bp = Blueprint("jobs", __name__)
 

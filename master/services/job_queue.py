@@ -12,20 +12,13 @@ from flask import current_app
 from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
+from master.context import master_state, state_lock
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
 from master.models import Agent, Allocation, Experiment, Slot, Trial
 from master.scheduler import PoolPolicy, queue_order
-from master.services import STATE_LOCK
-from master.services.scheduling import (
-    job_order,
-    queued_trials,
-    scheduler_inputs,
-    waiting_reasons,
-)
-from master.states import State
-
-LIVE = ("ASSIGNED", "RUNNING")
+from master.services.scheduling import job_order, queued_trials, scheduler_inputs
+from master.states import LIVE_ALLOCATION, AgentState, State
 
 
 def _sort_key(exp: Experiment) -> tuple:
@@ -61,7 +54,7 @@ def queue_jobs(pool: str | None = None) -> list[dict[str, Any]]:
     running_rows = db.session.execute(
         select(Trial.experiment_id, func.count(Allocation.id))
         .join(Allocation, Allocation.trial_id == Trial.id)
-        .where(Allocation.state.in_(LIVE))
+        .where(Allocation.state.in_(LIVE_ALLOCATION))
         .group_by(Trial.experiment_id)
     ).all()
     running_by_exp = {eid: n for eid, n in running_rows}
@@ -78,7 +71,7 @@ def queue_jobs(pool: str | None = None) -> list[dict[str, Any]]:
         agents = list(
             db.session.execute(
                 select(Agent)
-                .where(Agent.resource_pool == name, Agent.state == "ACTIVE")
+                .where(Agent.resource_pool == name, Agent.state == AgentState.ACTIVE)
                 .options(selectinload(Agent.slots))
             ).scalars()
         )
@@ -92,6 +85,7 @@ def queue_jobs(pool: str | None = None) -> list[dict[str, Any]]:
             queued = queued_by_exp.get(exp.id, [])
             running = running_by_exp.get(exp.id, 0)
             slots = _slots(exp)
+            waiting_reasons = master_state().waiting_reasons
             reason = next((waiting_reasons[t.id] for t in queued if t.id in waiting_reasons), None)
             jobs.append(
                 {
@@ -171,10 +165,10 @@ def update_job(job_id: str, body: dict[str, Any]) -> Experiment:
         raise BadRequest(f"unknown field {key!r}; expected one of {sorted(allowed)}", path=key)
     if "ahead_of" in body and "behind_of" in body:
         raise BadRequest("give ahead_of or behind_of, not both", path="ahead_of")
-    with STATE_LOCK:
+    with state_lock():
         exp = _job_experiment(job_id)
         if exp.state not in (State.ACTIVE, State.PAUSED):
-            raise BadRequest(f"job {job_id} is {exp.state}; only active jobs can be changed")
+            raise BadRequest(f"job {job_id} is {exp.state.value}; only active jobs can be changed")
         if "priority" in body:
             p = body["priority"]
             if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 99:
@@ -242,7 +236,7 @@ def _reorder(exp: Experiment, other_id: str, *, ahead: bool) -> None:
                 select(Experiment).where(
                     Experiment.resource_pool == exp.resource_pool,
                     Experiment.priority == other.priority,
-                    Experiment.state.in_((State.ACTIVE.value, State.PAUSED.value)),
+                    Experiment.state.in_((State.ACTIVE, State.PAUSED)),
                     Experiment.id != exp.id,
                 )
             ).scalars()

@@ -1,0 +1,106 @@
+"""Constants, options and small helpers shared by the docker runtime's modules."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import logging
+import re
+import tarfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.runtime import AGENT_LINE_PREFIX
+from detlab.protocol import ExitCause
+
+log = logging.getLogger("agent.runtime.docker")
+
+LABEL_PREFIX = "ai.detlab"
+L_MANAGED = f"{LABEL_PREFIX}.managed-by"
+L_AGENT = f"{LABEL_PREFIX}.agent"
+L_ALLOCATION = f"{LABEL_PREFIX}.allocation"
+L_TRIAL = f"{LABEL_PREFIX}.trial"
+L_EXPERIMENT = f"{LABEL_PREFIX}.experiment"
+
+WORKDIR = "/run/determined/workdir"
+LIB_DIR = "/run/determined/lib"
+DEFAULT_IMAGE = "python:3.11-slim"
+STARTUP_HOOK = "startup-hook.sh"
+
+# Sources startup-hook.sh when the model directory has one, then execs the entrypoint ("$@").
+ENTRY_SCRIPT = (
+    f"if [ -f ./{STARTUP_HOOK} ]; then "
+    f'. ./{STARTUP_HOOK} || {{ rc=$?; echo "{AGENT_LINE_PREFIX}{STARTUP_HOOK} failed with exit '
+    'code $rc" >&2; exit $rc; }; fi; exec "$@"'
+)
+
+
+class DockerUnavailable(Exception):
+    """The Docker engine (or the SDK) cannot be used; says why."""
+
+
+@dataclass
+class DockerOptions:
+    """The docker runtime's settings (det-agent flags)."""
+
+    container_master_url: str | None = None  # default: derived from the agent's master URL
+    network: str = "host"  # host | bridge | a user-defined network
+    keep_failed: int = 3  # failed containers kept for debugging (the newest N)
+    memory_limit: str | None = None  # e.g. "32g"; no swap beyond it (so the limit is real)
+    shm_size: str | None = "4g"  # PyTorch data loaders need more than Docker's 64 MB
+    use_init: bool = True  # run the engine's init as PID 1 (signals reach the trial)
+    pull_timeout: float = 600.0
+    docker_timeout: float = 60.0
+
+
+@dataclass
+class _Container:
+    id: str
+    name: str
+    image: str
+    stop_evt: threading.Event = field(default_factory=threading.Event)
+    exited: threading.Event = field(default_factory=threading.Event)
+
+
+class _StartError(Exception):
+    def __init__(self, message: str, cause: ExitCause | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+def _explain(e: BaseException) -> str:
+    explanation = getattr(e, "explanation", None)
+    if explanation:
+        return str(explanation)
+    return str(e) or type(e).__name__
+
+
+def _checked_model_def(path: Path | None) -> bytes | None:
+    """The model definition's bytes, after checking that nothing in it escapes its directory."""
+    if path is None:
+        return None
+    data = path.read_bytes()
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
+            for member in tar:
+                tarfile.data_filter(member, WORKDIR)
+    except (tarfile.TarError, EOFError) as e:
+        raise ValueError(f"the model definition is refused: {e}") from e
+    return data
+
+
+def _accepts_timestamp(sink: Any) -> bool:
+    """Whether the log sink takes the line's timestamp (LogShipper.add does)."""
+    try:
+        params = inspect.signature(sink).parameters
+    except (TypeError, ValueError):
+        return False
+    return "timestamp" in params or any(
+        p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values()
+    )
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text).strip("._-") or "x"

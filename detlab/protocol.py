@@ -1,0 +1,340 @@
+"""The master-agent protocol: message types both sides import, and why allocations end.
+
+Agents report an exit with a machine-readable `cause` next to the human `error` text, so the
+master never has to recognise a cause by searching the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class ExitCause(StrEnum):
+    """Why an allocation ended other than by the trial's own exit code."""
+
+    AGENT_SHUTDOWN = "agent_shutdown"  # the agent stopped its trials on purpose
+    IMAGE_PULL_FAILED = "image_pull_failed"  # the container image cannot be pulled
+    PREEMPTION_TIMEOUT = "preemption_timeout"  # ignored the preemption signal past the timeout
+    AGENT_LOST = "agent_lost"  # the agent stopped polling
+    CONTAINER_GONE = "container_gone"  # the agent restarted without it
+    KILLED_BEFORE_START = "killed_before_start"
+
+    @property
+    def message(self) -> str:
+        return _MESSAGES[self]
+
+    @property
+    def retryable(self) -> bool:
+        """False when no restart can help (the trial fails at once)."""
+        return self is not ExitCause.IMAGE_PULL_FAILED
+
+    @property
+    def trials_fault(self) -> bool:
+        """False when the trial is requeued without spending one of its restarts."""
+        return self not in (ExitCause.AGENT_SHUTDOWN,)
+
+    @classmethod
+    def parse(cls, value: object) -> ExitCause | None:
+        try:
+            return cls(value) if isinstance(value, str) else None
+        except ValueError:
+            return None
+
+
+_MESSAGES = {
+    ExitCause.AGENT_SHUTDOWN: "killed because det-agent is shutting down",
+    ExitCause.IMAGE_PULL_FAILED: "cannot pull the image",
+    ExitCause.PREEMPTION_TIMEOUT: "killed: it ignored the preemption signal past the timeout",
+    ExitCause.AGENT_LOST: "the agent was lost",
+    ExitCause.CONTAINER_GONE: "the agent no longer runs this allocation",
+    ExitCause.KILLED_BEFORE_START: "killed before it started",
+}
+
+
+# -- messages ------------------------------------------------------------------------------------
+#
+# One poll carries everything (registration, heartbeat, reports, work): the agent POSTs a
+# PollRequest to /api/v1/agents/{id}/poll and the master answers with a PollReply. `parse`
+# validates a received JSON body and raises ProtocolError naming the bad field; `to_json` builds
+# what is sent. Bump PROTOCOL_VERSION on any change a peer of the other version would misread.
+
+PROTOCOL_VERSION = 2
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the protocol; `path` names the offending field."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ReportedState(StrEnum):
+    """What an agent says about one of its allocations."""
+
+    RUNNING = "RUNNING"  # accepted: downloading, starting or running (pid once it has one)
+    EXITED = "EXITED"
+
+
+def _int(value: object, path: str, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError(f"{path} must be an integer", path)
+    return value
+
+
+def _str(value: object, path: str, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ProtocolError(f"{path} must be a string", path)
+    return value
+
+
+def _obj(value: object, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{path or 'the body'} must be a JSON object", path)
+    return value
+
+
+def _list(value: object, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ProtocolError(f"{path} must be a list", path)
+    return value
+
+
+@dataclass(frozen=True)
+class SlotReport:
+    index: int
+    type: str = "cpu"  # "cpu" | "gpu"
+    uuid: str | None = None
+    name: str | None = None
+    memory_mb: int | None = None
+    stats: dict[str, Any] | None = None  # utilisation, memory, temperature ... (NVML or host)
+
+    @classmethod
+    def parse(cls, body: object, path: str) -> SlotReport:
+        d = _obj(body, path)
+        kind = d.get("type", "cpu")
+        if kind not in ("cpu", "gpu"):
+            raise ProtocolError("slot type must be 'cpu' or 'gpu'", f"{path}.type")
+        stats = d.get("stats")
+        return cls(
+            index=_int(d.get("index"), f"{path}.index") or 0,
+            type=kind,
+            uuid=_str(d.get("uuid"), f"{path}.uuid", optional=True),
+            name=_str(d.get("name"), f"{path}.name", optional=True),
+            memory_mb=_int(d.get("memory_mb"), f"{path}.memory_mb", optional=True),
+            stats=_obj(stats, f"{path}.stats") if stats else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class AllocationReport:
+    id: str
+    state: ReportedState
+    exit_code: int | None = None
+    pid: int | None = None
+    error: str | None = None
+    cause: ExitCause | None = None
+
+    @classmethod
+    def parse(cls, body: object, path: str) -> AllocationReport:
+        d = _obj(body, path)
+        try:
+            state = ReportedState(d.get("state", ReportedState.RUNNING))
+        except ValueError:
+            raise ProtocolError("state must be RUNNING or EXITED", f"{path}.state") from None
+        code = d.get("exit_code")
+        return cls(
+            id=_str(d.get("id"), f"{path}.id") or "",
+            state=state,
+            exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+            pid=_int(d.get("pid"), f"{path}.pid", optional=True),
+            error=str(d["error"]) if d.get("error") else None,
+            cause=ExitCause.parse(d.get("cause")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "state": self.state.value,
+            "exit_code": self.exit_code,
+            "pid": self.pid,
+            "error": self.error,
+            "cause": self.cause.value if self.cause else None,
+        }
+
+
+@dataclass(frozen=True)
+class PollRequest:
+    resource_pool: str = "default"
+    slots: tuple[SlotReport, ...] = ()
+    allocations: tuple[AllocationReport, ...] = ()
+    wait: float = 0.0  # long poll: hold the reply up to this many seconds while there is no work
+    hostname: str | None = None
+    runtime: str | None = None
+    version: str | None = None
+    protocol: int = PROTOCOL_VERSION
+
+    @classmethod
+    def parse(cls, body: object) -> PollRequest:
+        d = _obj(body, "")
+        protocol = d.get("protocol")
+        if protocol != PROTOCOL_VERSION:
+            spoken = "an older protocol" if protocol is None else f"protocol {protocol!r}"
+            raise ProtocolError(
+                f"this agent speaks {spoken}; this master speaks protocol {PROTOCOL_VERSION}: "
+                "run a det-agent of the master's version",
+                "protocol",
+            )
+        wait = d.get("wait", 0)
+        return cls(
+            resource_pool=_str(d.get("resource_pool") or "default", "resource_pool") or "default",
+            slots=tuple(
+                SlotReport.parse(s, f"slots[{i}]")
+                for i, s in enumerate(_list(d.get("slots", []), "slots"))
+            ),
+            allocations=tuple(
+                AllocationReport.parse(a, f"allocations[{i}]")
+                for i, a in enumerate(_list(d.get("allocations", []), "allocations"))
+            ),
+            wait=float(wait) if isinstance(wait, int | float) and not isinstance(wait, bool) else 0,
+            hostname=_str(d.get("hostname"), "hostname", optional=True),
+            runtime=_str(d.get("runtime"), "runtime", optional=True),
+            version=_str(d.get("version"), "version", optional=True),
+            protocol=PROTOCOL_VERSION,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol,
+            "resource_pool": self.resource_pool,
+            "version": self.version,
+            "runtime": self.runtime,
+            "hostname": self.hostname,
+            "slots": [s.to_json() for s in self.slots],
+            "allocations": [a.to_json() for a in self.allocations],
+            "wait": self.wait,
+        }
+
+
+def _entrypoint(value: object, path: str) -> str | list[str]:
+    if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        return list(value)
+    return _str(value, path) or ""
+
+
+@dataclass(frozen=True)
+class StartSpec:
+    """Everything an agent needs to start its container of an allocation."""
+
+    allocation_id: str
+    trial_id: int
+    experiment_id: int
+    entrypoint: str | list[str]  # a command line, or an argv (run without a shell)
+    slot_indexes: tuple[int, ...]
+    env: dict[str, str]
+    environment: dict[str, Any] = field(default_factory=dict)  # the config's `environment`
+    bind_mounts: list[dict[str, Any]] = field(default_factory=list)
+    checkpoint_storage: dict[str, Any] = field(default_factory=dict)
+    model_def_url: str | None = None
+    model_def_sha256: str | None = None
+
+    @classmethod
+    def parse(cls, body: object, path: str = "spec") -> StartSpec:
+        d = _obj(body, path)
+        env = _obj(d.get("env", {}), f"{path}.env")
+        return cls(
+            allocation_id=_str(d.get("allocation_id"), f"{path}.allocation_id") or "",
+            trial_id=_int(d.get("trial_id"), f"{path}.trial_id") or 0,
+            experiment_id=_int(d.get("experiment_id"), f"{path}.experiment_id") or 0,
+            entrypoint=_entrypoint(d.get("entrypoint"), f"{path}.entrypoint"),
+            slot_indexes=tuple(
+                _int(s, f"{path}.slot_indexes[{i}]") or 0
+                for i, s in enumerate(_list(d.get("slot_indexes", []), f"{path}.slot_indexes"))
+            ),
+            env={str(k): str(v) for k, v in env.items()},
+            environment=_obj(d.get("environment") or {}, f"{path}.environment"),
+            bind_mounts=_list(d.get("bind_mounts") or [], f"{path}.bind_mounts"),
+            checkpoint_storage=_obj(
+                d.get("checkpoint_storage") or {}, f"{path}.checkpoint_storage"
+            ),
+            model_def_url=_str(d.get("model_def_url"), f"{path}.model_def_url", optional=True),
+            model_def_sha256=_str(
+                d.get("model_def_sha256"), f"{path}.model_def_sha256", optional=True
+            ),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["slot_indexes"] = list(self.slot_indexes)
+        return body
+
+
+class ActionType(StrEnum):
+    START = "start"
+    KILL = "kill"
+
+
+@dataclass(frozen=True)
+class Action:
+    type: ActionType
+    allocation_id: str
+    spec: StartSpec | None = None  # for START
+
+    @classmethod
+    def start(cls, spec: StartSpec) -> Action:
+        return cls(ActionType.START, spec.allocation_id, spec)
+
+    @classmethod
+    def kill(cls, allocation_id: str) -> Action:
+        return cls(ActionType.KILL, allocation_id)
+
+    @classmethod
+    def parse(cls, body: object, path: str) -> Action:
+        d = _obj(body, path)
+        try:
+            kind = ActionType(d.get("type"))
+        except ValueError:
+            raise ProtocolError(f"unknown action {d.get('type')!r}", f"{path}.type") from None
+        if kind == ActionType.START:
+            spec = StartSpec.parse(d.get("spec"), f"{path}.spec")
+            return cls(kind, spec.allocation_id, spec)
+        return cls(kind, _str(d.get("allocation_id"), f"{path}.allocation_id") or "")
+
+    def to_json(self) -> dict[str, Any]:
+        if self.spec is not None:
+            return {"type": self.type.value, "spec": self.spec.to_json()}
+        return {"type": self.type.value, "allocation_id": self.allocation_id}
+
+
+@dataclass(frozen=True)
+class PollReply:
+    actions: tuple[Action, ...] = ()
+    poll_interval: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actions": [a.to_json() for a in self.actions], "poll_interval": self.poll_interval}
+
+    @classmethod
+    def parse(cls, body: object) -> tuple[PollReply, list[ProtocolError]]:
+        """The reply's valid actions, and an error for each action that is not (never fatal)."""
+        d = _obj(body, "")
+        actions, errors = [], []
+        for i, a in enumerate(_list(d.get("actions") or [], "actions")):
+            try:
+                actions.append(Action.parse(a, f"actions[{i}]"))
+            except ProtocolError as e:
+                errors.append(e)
+        interval = d.get("poll_interval")
+        return cls(
+            tuple(actions),
+            float(interval) if isinstance(interval, int | float) and interval > 0 else 0.0,
+        ), errors

@@ -1,0 +1,61 @@
+"""What an agent is told to start: the launch spec of one container of an allocation."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from detlab.protocol import StartSpec
+from master.auth import new_token
+from master.db import db
+from master.models import Allocation, Trial
+from master.services.allocations import containers_of
+
+# A Trial class entrypoint (`model_def:MyTrial`) runs through the harness's launcher.
+TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def command_for(entrypoint: str) -> str:
+    if TRIAL_CLASS.match(entrypoint.strip()):
+        return f"python3 -m harness.launch {entrypoint.strip()}"
+    return entrypoint
+
+
+def start_spec(alloc: Allocation, agent_id: str) -> StartSpec:
+    """What `agent_id` needs to start its container of this allocation (fresh session token)."""
+    containers = containers_of(alloc)
+    mine = containers.get(agent_id) or {"rank": 0, "slots": list(alloc.slot_indexes)}
+    trial = db.session.get(Trial, alloc.trial_id)
+    assert trial is not None
+    exp = trial.experiment
+    token = new_token(allocation_id=alloc.id)
+    config = exp.config
+    env = {
+        "DET_SESSION_TOKEN": token,
+        "DET_EXPERIMENT_ID": str(exp.id),
+        "DET_TRIAL_ID": str(trial.id),
+        "DET_TRIAL_REQUEST_ID": trial.request_id,
+        "DET_ALLOCATION_ID": alloc.id,
+        "DET_TRIAL_SEED": str(trial.seed),
+        "DET_TRIAL_RESTARTS": str(trial.restarts),
+        "DET_HPARAMS": json.dumps(trial.hparams),
+        "DET_LATEST_CHECKPOINT": trial.latest_checkpoint or "",
+        "DET_SLOT_IDS": json.dumps(list(mine["slots"])),
+        "DET_CONTAINER_RANK": str(mine["rank"]),
+        "DET_NUM_CONTAINERS": str(len(containers)),
+        "DET_CONTAINER_ADDRS": json.dumps([]),
+        "DET_EXPERIMENT_CONFIG": json.dumps(config),
+    }
+    return StartSpec(
+        allocation_id=alloc.id,
+        trial_id=trial.id,
+        experiment_id=exp.id,
+        entrypoint=command_for(config["entrypoint"]),
+        slot_indexes=tuple(mine["slots"]),
+        env=env,
+        environment=config.get("environment", {}),
+        bind_mounts=config.get("bind_mounts", []),
+        checkpoint_storage=config.get("checkpoint_storage", {}),
+        model_def_url=f"/api/v1/experiments/{exp.id}/model_def" if exp.model_def else None,
+        model_def_sha256=exp.model_def_sha256,
+    )
