@@ -20,7 +20,12 @@ from tests.docker.conftest import DOCKER_AGENT_ARGS, agent_containers
 from tests.docker.image import IMAGE
 from tests.fixtures.scripted_config import SCRIPTED_DIR, make_config
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.docker,
+    pytest.mark.timeout(600),
+]
 
 TERMINAL = {"COMPLETED", "ERROR", "CANCELED"}
 
