@@ -81,9 +81,17 @@ def run(procs: int, reports: int, deadline_s: float, mode: str = "sync") -> dict
         clients: list[subprocess.Popen] = []
         try:
             wait_for("mlflow server health", lambda: healthy(url), 180, [server])
-            exp_id = subprocess.run(
-                [python, CLIENT, "setup", url], check=True, capture_output=True, text=True
-            ).stdout.strip()
+            for _attempt in range(5):  # a busy server's fresh workers may drop the first calls
+                setup = subprocess.run(
+                    [python, CLIENT, "setup", url], capture_output=True, text=True, check=False
+                )
+                if setup.returncode == 0:
+                    break
+                time.sleep(5)
+            if setup.returncode != 0:
+                tail = setup.stderr.strip().splitlines()[-5:]
+                raise RuntimeError("MLflow setup failed: " + " | ".join(tail))
+            exp_id = setup.stdout.strip()
             for i in range(procs):
                 args = [exp_id, str(reports), str(barrier), str(deadline_s), str(i), mode]
                 clients.append(
