@@ -148,3 +148,46 @@ async def test_priority_keys_change_the_masters_queue(cluster: Cluster, tmp_path
             )
     for e in (first, second, third):
         cluster.post(f"/experiments/{e}/kill")
+
+
+@sync
+async def test_pause_activate_view_and_logs_keys_against_the_master(
+    cluster: Cluster, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.cluster import ClusterScreen
+    from tui.screens.experiments import ExperimentsScreen
+    from tui.screens.queue import QueueScreen
+
+    exp = submit(cluster, tmp_path, "tui-keys", log_lines=3)
+    running_trial(cluster, exp)
+    app = DetTUI(client(cluster), start=("exps", None), interval=0.5)
+
+    def state() -> str:
+        return cluster.experiment(exp)["experiment"]["state"]
+
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        await pilot.press("p")  # pause: the master pauses the experiment
+        await wait_until(pilot, lambda: state() == "PAUSED", 60, "PAUSED on the master")
+        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        await pilot.press("a")  # activate: it runs again
+        await wait_until(pilot, lambda: state() == "ACTIVE", 60, "ACTIVE on the master")
+        for key, view in (("1", ClusterScreen), ("2", QueueScreen), ("3", ExperimentsScreen)):
+            await pilot.press(key)
+            await wait_until(pilot, lambda v=view: isinstance(app.top_view(), v), 30, key)
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        await pilot.press("l")  # the experiment's logs, from the master
+        await wait_until(pilot, lambda: isinstance(app.top_view(), LogsScreen), 30, "logs")
+        view = app.screen.query_one(LogView)
+        await wait_until(
+            pilot, lambda: any("log line 3 of 3" in e.line for e in view.entries), 60, "lines"
+        )
+        await pilot.press("g")  # to the top: no longer following
+        await wait_until(pilot, lambda: not view.following, 30, "following stopped")
+        await pilot.press("f")  # follow again: back at the bottom as lines arrive
+        await wait_until(pilot, lambda: view.following, 30, "following again")
+    cluster.post(f"/experiments/{exp}/kill")
