@@ -1,4 +1,8 @@
-"""The MLflow side of metrics_ingest: its own venv, a tracking server on PostgreSQL, 16 clients."""
+"""The MLflow side of metrics_ingest: its own venv, a tracking server on PostgreSQL, 16 clients.
+
+`run(..., mode)`: `sync` (`log_batch` waits for each call) or `async` (`synchronous=False`,
+MLflow's background logging; timed until every batch is acknowledged).
+"""
 
 from __future__ import annotations
 
@@ -49,10 +53,10 @@ def healthy(url: str) -> bool:
         return resp.status == 200
 
 
-def run(procs: int, reports: int, deadline_s: float) -> dict[str, Any]:
+def run(procs: int, reports: int, deadline_s: float, mode: str = "sync") -> dict[str, Any]:
     python = ensure_venv()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    logs = RESULTS / "logs" / f"mlflow-{stamp}"
+    logs = RESULTS / "logs" / f"mlflow-{mode}-{stamp}"
     artifacts = Path(tempfile.mkdtemp(prefix="mlflow-artifacts-"))
     barrier = Path(tempfile.mkdtemp(prefix="mlflow-bench-"))
     port = free_port()
@@ -77,11 +81,19 @@ def run(procs: int, reports: int, deadline_s: float) -> dict[str, Any]:
         clients: list[subprocess.Popen] = []
         try:
             wait_for("mlflow server health", lambda: healthy(url), 180, [server])
-            exp_id = subprocess.run(
-                [python, CLIENT, "setup", url], check=True, capture_output=True, text=True
-            ).stdout.strip()
+            for _attempt in range(5):  # a busy server's fresh workers may drop the first calls
+                setup = subprocess.run(
+                    [python, CLIENT, "setup", url], capture_output=True, text=True, check=False
+                )
+                if setup.returncode == 0:
+                    break
+                time.sleep(5)
+            if setup.returncode != 0:
+                tail = setup.stderr.strip().splitlines()[-5:]
+                raise RuntimeError("MLflow setup failed: " + " | ".join(tail))
+            exp_id = setup.stdout.strip()
             for i in range(procs):
-                args = [exp_id, str(reports), str(barrier), str(deadline_s), str(i)]
+                args = [exp_id, str(reports), str(barrier), str(deadline_s), str(i), mode]
                 clients.append(
                     spawn(
                         [str(python), str(CLIENT), "report", url, *args], logs / f"client-{i}.log"
@@ -120,12 +132,14 @@ def run(procs: int, reports: int, deadline_s: float) -> dict[str, Any]:
     persisted = values // 4
     elapsed = max(r["end"] for r in results) - min(r["start"] for r in results)
     print(
-        f"  MLflow: {persisted:,} of {sent:,} reports persisted in {elapsed:.2f} s "
+        f"  MLflow ({mode}): {persisted:,} of {sent:,} reports persisted in {elapsed:.2f} s "
         f"= {persisted / elapsed:,.0f}/s",
         flush=True,
     )
     return {
         "version": version(python),
+        "mode": mode,
+        "deadline_s": deadline_s,
         "processes": procs,
         "sent": sent,
         "persisted": persisted,

@@ -3,10 +3,12 @@ engine's own `docker run` start time measured in the same run.
 
 N submissions, one after another, of a trivial experiment whose trial prints one line first thing
 (bench/trials/hello), to an idle `--runtime docker` agent; the image is the docker tests' bare
-Debian + python3 image (the agent injects the harness). For each: the master's `created_at` of
-the experiment -> the engine's timestamp of the trial's first output line. Baseline, in the same
-run: `docker run --rm IMAGE python3 -c 'print(...)'`, from starting the command to reading the
-line. Target: the median within 1.5x of docker run's median.
+Debian + python3 image (the agent injects the harness). Both sides are timed from the user's side,
+on the same clock: detlab from starting the submit request to the trial's first line read through
+the logs API; the baseline, interleaved in the same run, `docker run --rm IMAGE python3 -c
+'print(...)'` from starting the command to reading its line. Target: detlab's median within 1.5x
+of docker run's. Detail only: the server-side span (experiment `created_at` -> the engine's
+timestamp of the line), which leaves out the submit request and log delivery.
 """
 
 from __future__ import annotations
@@ -185,25 +187,28 @@ def run(n: int = 20, warmup: int = 2, budget_s: float = 240.0, docs: bool = True
     server = [s["server_s"] for s in samples]
     client = [s["client_s"] for s in samples]
     failed = sum(s["state"] != "COMPLETED" for s in samples)
-    median, base = statistics.median(server), statistics.median(baseline)
+    # Like with like: both from the user's side (request/command start -> line read).
+    median, base = statistics.median(client), statistics.median(baseline)
     ratio = median / base
     ms = lambda v: f"{v * 1000:.0f} ms"  # noqa: E731
     rows: list[Row] = [
         ("submissions (after warm-up)", str(len(samples)), str(n)),
-        ("docker run -> first line, median", ms(base), f"({len(baseline)} runs)"),
-        ("created_at -> first line, median", ms(median), f"< {ms(base * TARGET_RATIO)}"),
-        ("ratio to docker run (median)", f"{ratio:.2f}x", f"<= {TARGET_RATIO}x"),
-        ("created_at -> first line, p95", ms(percentile(server, 95)), ""),
-        ("client submit -> line seen, median", ms(statistics.median(client)), ""),
-        ("client submit -> line seen, p95", ms(percentile(client, 95)), ""),
+        ("docker run -> first line read, median", ms(base), f"({len(baseline)} runs)"),
+        ("detlab submit -> first line read, median", ms(median), f"< {ms(base * TARGET_RATIO)}"),
+        ("ratio to docker run (medians, both client-side)", f"{ratio:.2f}x", f"<= {TARGET_RATIO}x"),
+        ("detlab submit -> first line read, p95", ms(percentile(client, 95)), ""),
+        ("docker run -> first line read, p95", ms(percentile(baseline, 95)), ""),
+        ("detail: created_at -> first line (server), median", ms(statistics.median(server)), ""),
         ("experiments not COMPLETED", str(failed), "0"),
     ]
     summary = (
         f"{len(samples)} sequential submissions of a one-line trial to an idle agent with the "
         f"Docker runtime (image `{image}`: Debian bookworm minbase + python3, harness injected), "
-        "next to `docker run --rm IMAGE python3 -c print(...)` timed from the command's start to "
-        "its first line, in the same run. Server figures: the experiment's `created_at` to the "
-        "engine's timestamp of the trial's first output line."
+        "next to `docker run --rm IMAGE python3 -c print(...)`, interleaved in the same run. Both "
+        "are timed from the user's side: detlab from starting the submit request to the line read "
+        "through the logs API, docker run from starting the command to reading its line. Detail: "
+        "the server-side span from the experiment's `created_at` to the engine's timestamp of "
+        "the line (without the submit request and log delivery)."
     )
     publish(NAME, summary, rows, {"samples": samples, "docker_run_s": baseline}, docs)
     return ratio <= TARGET_RATIO and failed == 0

@@ -6,16 +6,26 @@ by a few thousand running trials of the same jobs. Times `master.scheduler.sched
 policy: median and p95 over repeated passes on the same inputs (the scheduler is pure). With
 preemption the first pass is the worst case (thousands of victims at once); "the pass after" is
 the next one, its assignments holding slots and its victims still stopping.
+
+    python bench/scheduler_pass.py --profile    # where a preempting pass spends its time
+
+`--profile` splits the two preempting passes into phases (CPU-time medians of repeated runs, so
+that a shared machine's load shows less): setting up the pass (slot indexes, preemption
+candidates), ordering the queue, the same pass without preemption, and what preemption adds,
+per preempting request and per victim.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
+from operator import attrgetter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -29,6 +39,7 @@ from master.scheduler import (  # noqa: E402
     Running,
     schedule,
 )
+from master.scheduler.engine import Pass  # noqa: E402
 
 NAME = "scheduler_pass"
 TARGET_MS = 50.0
@@ -143,6 +154,59 @@ def check(decision: Decision, agents: list[AgentView]) -> None:
     assert len(used) == len(set(used)) and set(used) <= free, "over-allocation"
 
 
+def _cpu_median_ms(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        gc.disable()
+        try:
+            c0 = time.process_time()
+            fn()
+            times.append((time.process_time() - c0) * 1000)
+        finally:
+            gc.enable()
+    return statistics.median(times)
+
+
+def profile(repeat: int = 15) -> list[tuple[str, float]]:
+    """Phases of the two preempting passes (CPU-time medians, ms); printed and returned."""
+    requests, running, agents = build()
+    out: list[tuple[str, float]] = []
+    for label in ("priority + preemption", "fair_share + preemption"):
+        policy = POLICIES[label]
+        plain = PoolPolicy(policy.type, fitting_policy=policy.fitting_policy)
+
+        def setup(policy: PoolPolicy = policy) -> None:
+            Pass(policy, running, agents).candidates()
+
+        decision = schedule(policy, requests, running, agents)
+        preempting = sum(1 for w in decision.waiting.values() if w.startswith("preempting"))
+        phases = {
+            "setup (slot indexes + candidates)": _cpu_median_ms(setup, repeat),
+            "ordering the queue (sort)": _cpu_median_ms(
+                lambda: sorted(requests, key=attrgetter("priority", "order", "id")), repeat
+            ),
+            "whole pass without preemption": _cpu_median_ms(
+                lambda plain=plain: schedule(plain, requests, running, agents), repeat
+            ),
+            "whole pass with preemption": _cpu_median_ms(
+                lambda policy=policy: schedule(policy, requests, running, agents), repeat
+            ),
+        }
+        added = phases["whole pass with preemption"] - phases["whole pass without preemption"]
+        print(f"{label}: {preempting:,} preempting requests, {len(decision.preemptions):,} victims")
+        for what, ms in phases.items():
+            print(f"  {what:<40} {ms:7.1f} ms")
+            out.append((f"{label}: {what}", ms))
+        print(f"  {'preemption adds':<40} {added:7.1f} ms")
+        if preempting:
+            print(
+                f"  {'  per preempting request':<40} {added / preempting * 1000:7.1f} us"
+                f"\n  {'  per victim':<40} {added / len(decision.preemptions) * 1000:7.1f} us"
+            )
+        out.append((f"{label}: preemption adds", added))
+    return out
+
+
 def run(passes: int = 30, docs: bool = True) -> bool:
     requests, running, agents = build()
     free = sum(len(a.free) for a in agents)
@@ -202,4 +266,7 @@ def run(passes: int = 30, docs: bool = True) -> bool:
 
 
 if __name__ == "__main__":
+    if "--profile" in sys.argv:
+        profile()
+        sys.exit(0)
     sys.exit(0 if run(docs="--no-docs" not in sys.argv) else 1)

@@ -1,10 +1,11 @@
 """submit_latency: how fast a submitted experiment's trial is running on an idle agent.
 
 N submissions, one after another, of a trivial experiment whose trial prints one line first
-thing. For each: the master's `created_at` of the experiment -> the timestamp of the trial's first
-output line (both server-side clocks of this machine), and client-side: POST start -> the line
-seen through the logs API, and the POST's own round trip. A couple of warm-up submissions are
-not counted.
+thing. The headline (and the target) is what the user waits for, end to end: from starting the
+submit request to the line seen through the logs API. Detail, not the headline: the POST's own
+round trip, and the server-side span from the experiment's `created_at` to the agent's timestamp
+of the line (it leaves out the submit request and log delivery). A couple of warm-up submissions
+are not counted.
 """
 
 from __future__ import annotations
@@ -115,23 +116,24 @@ def run(n: int = 50, warmup: int = 2, budget_s: float = 150.0, docs: bool = True
     client = [s["client_s"] for s in samples]
     post = [s["post_s"] for s in samples]
     failed = sum(s["state"] != "COMPLETED" for s in samples)
-    median = statistics.median(server)
+    median = statistics.median(client)  # the headline: end to end, as the user sees it
     ms = lambda v: f"{v * 1000:.0f} ms"  # noqa: E731
     rows: list[Row] = [
         ("submissions (after warm-up)", str(len(samples)), str(n)),
-        ("created_at -> first line, median", ms(median), f"< {ms(TARGET_MEDIAN_S)}"),
-        ("created_at -> first line, p95", ms(percentile(server, 95)), ""),
-        ("created_at -> first line, max", ms(max(server)), ""),
-        ("client submit -> line seen, median", ms(statistics.median(client)), ""),
-        ("client submit -> line seen, p95", ms(percentile(client, 95)), ""),
-        ("POST /experiments round trip, median", ms(statistics.median(post)), ""),
+        ("submit -> first line seen (end to end), median", ms(median), f"< {ms(TARGET_MEDIAN_S)}"),
+        ("submit -> first line seen (end to end), p95", ms(percentile(client, 95)), ""),
+        ("submit -> first line seen (end to end), max", ms(max(client)), ""),
+        ("detail: POST /experiments round trip, median", ms(statistics.median(post)), ""),
+        ("detail: created_at -> first line (server), median", ms(statistics.median(server)), ""),
+        ("detail: created_at -> first line (server), p95", ms(percentile(server, 95)), ""),
         ("experiments not COMPLETED", str(failed), "0"),
     ]
     summary = (
         f"{len(samples)} sequential submissions of a one-line trial to an idle agent "
-        "(process runtime, 1 slot, master on PostgreSQL). Server figures: the experiment's "
-        "`created_at` to the agent's timestamp of the trial's first output line; client figures "
-        "add the POST and log shipping."
+        "(process runtime, 1 slot, master on PostgreSQL). Headline: end to end, from starting "
+        "the submit request to the trial's first output line read through the logs API. Detail "
+        "rows: the POST alone, and the server-side span from the experiment's `created_at` to "
+        "the agent's timestamp of the line (without the submit request and log delivery)."
     )
     publish(NAME, summary, rows, {"samples": samples}, docs)
     return median < TARGET_MEDIAN_S and failed == 0

@@ -5,14 +5,17 @@ Both run in this process, on the same data and model, one after the other, sever
 harness: `harness.pytorch.run_trial` off-cluster (Core API context, harness DataLoader with
 seeded sharded shuffling, metric averaging with reports every `scheduling_unit` = 100 batches,
 the preemption check); the hand-written side is `torch.utils.data.DataLoader(shuffle=True)` and
-forward / backward / step, accumulating the loss every batch. Throughput is measured over the
-training batches after a warm-up (from batch WARMUP to the last), so start-up and the final
-validation and checkpoint are not counted, in samples per CPU-second of this process (all its
-threads; wall-clock figures are reported too, but on a shared machine they measure the
-neighbours more than the code).
+forward / backward / step, with the same per-batch work as the harness: it keeps each batch's
+detached loss and turns them into a number every REPORT_EVERY batches (the harness's default
+`scheduling_unit`), as a loop that logs its loss would. Throughput is measured over the training
+batches after a warm-up (from batch WARMUP to the last), so start-up and the final validation and
+checkpoint are not counted; every window holds at least two metric reports. Two clocks, both
+compared: wall time (what the user waits for; blocked time counts) and CPU time of this process
+(all its threads; steadier on a shared machine, but blind to blocking).
 
 Models: the digits MLP of `examples/digits` (batch 32) and a synthetic CNN (3x32x32 inputs, three
-conv layers, batch 64). Target: the trial reaches >= 98% of the hand-written loop's samples/s.
+conv layers, batch 64). Target: the trial reaches >= 98% of the hand-written loop's samples/s, in
+wall time and in CPU time.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ sys.path.insert(0, str(ROOT / "examples" / "digits"))
 NAME = "trial_throughput"
 TARGET = 0.98
 WARMUP = 20
+REPORT_EVERY = 100  # the harness's default scheduling_unit: a metric report every 100 batches
+CNN_BATCHES = WARMUP + 2 * REPORT_EVERY + 20  # the measured window holds two reports
 
 from harness import pytorch  # noqa: E402
 
@@ -70,8 +75,7 @@ def digits_data() -> TensorDataset:
 
 class Clock:
     """CPU time (of this process, all threads) and wall time from the first measured batch to
-    the last. CPU time is the figure compared: on a shared machine wall time mostly measures
-    the neighbours."""
+    the last; both are compared."""
 
     def __init__(self, start: int, end: int) -> None:
         self.start, self.end = start, end
@@ -145,7 +149,7 @@ def by_hand(
     loader = DataLoader(data, batch_size=batch_size, shuffle=True, drop_last=True)
     clock = Clock(WARMUP, batches - 1)
     model.train()
-    n, total = 0, 0.0
+    n, losses, logged = 0, [], []
     while n < batches:
         for x, y in loader:
             if n == batches:
@@ -155,8 +159,11 @@ def by_hand(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            total += loss.item()
+            losses.append(loss.detach())  # what the harness keeps per batch
             n += 1
+            if n % REPORT_EVERY == 0:  # what it does per report: one sync for the average
+                logged.append(torch.stack(losses).double().mean().item())
+                losses = []
     return clock.rate(batch_size)
 
 
@@ -178,7 +185,10 @@ def measure(
     h = statistics.median(c for c, _ in hand)
     tw = statistics.median(w for _, w in trial)
     hw = statistics.median(w for _, w in hand)
-    print(f"{name}: PyTorchTrial {t:,.0f} samples/CPU-s, hand-written {h:,.0f} ({t / h:.1%})")
+    print(
+        f"{name}: PyTorchTrial {t:,.0f} samples/CPU-s, hand-written {h:,.0f} ({t / h:.1%}); "
+        f"wall {tw:,.0f} / {hw:,.0f} samples/s ({tw / hw:.1%})"
+    )
     return {
         "trial": trial,
         "hand": hand,
@@ -195,28 +205,30 @@ def run(rounds: int = 15, docs: bool = True) -> bool:
     torch.set_num_threads(1)
     results = {
         "digits MLP (batch 32)": measure("digits", digits_model, digits_data(), 32, 1500, rounds),
-        "synthetic CNN (batch 64)": measure("cnn", cnn, cnn_data(), 64, 60, rounds),
+        "synthetic CNN (batch 64)": measure("cnn", cnn, cnn_data(), 64, CNN_BATCHES, rounds),
     }
     rows: list[Row] = []
     for name, r in results.items():
         rows += [
-            (f"{name}: hand-written loop", f"{r['hand_median']:,.0f} samples/CPU-s", ""),
-            (f"{name}: PyTorchTrial", f"{r['trial_median']:,.0f} samples/CPU-s", ""),
-            (f"{name}: PyTorchTrial / hand-written", f"{r['ratio']:.1%}", f">= {TARGET:.0%}"),
+            (f"{name}: hand-written loop, wall", f"{r['hand_wall_median']:,.0f} samples/s", ""),
+            (f"{name}: PyTorchTrial, wall", f"{r['trial_wall_median']:,.0f} samples/s", ""),
             (
-                f"{name}: same, wall clock (noisy on a shared box)",
-                f"{r['trial_wall_median']:,.0f} / {r['hand_wall_median']:,.0f} samples/s "
-                f"({r['wall_ratio']:.1%})",
-                "",
+                f"{name}: PyTorchTrial / hand-written, wall",
+                f"{r['wall_ratio']:.1%}",
+                f">= {TARGET:.0%}",
             ),
+            (f"{name}: hand-written loop, CPU", f"{r['hand_median']:,.0f} samples/CPU-s", ""),
+            (f"{name}: PyTorchTrial, CPU", f"{r['trial_median']:,.0f} samples/CPU-s", ""),
+            (f"{name}: PyTorchTrial / hand-written, CPU", f"{r['ratio']:.1%}", f">= {TARGET:.0%}"),
         ]
     summary = (
-        f"One process, one torch thread, CPU time; medians of {rounds} interleaved rounds "
-        "per side, "
-        f"measured from batch {WARMUP} to the last (no start-up, no final validation)."
+        f"One process, one torch thread; medians of {rounds} interleaved rounds per side, "
+        f"measured from batch {WARMUP} to the last (no start-up, no final validation; every "
+        f"window holds metric reports, one per {REPORT_EVERY} batches on both sides, with the "
+        "same per-batch work). Wall time and CPU time of the process are both compared."
     )
     publish(NAME, summary, rows, results, docs)
-    return all(r["ratio"] >= TARGET for r in results.values())
+    return all(r["ratio"] >= TARGET and r["wall_ratio"] >= TARGET for r in results.values())
 
 
 if __name__ == "__main__":

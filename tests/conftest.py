@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.cluster import Cluster, create_pg_database, drop_pg_database
+
+# Skipped tests fail the run unless opted out (DET_SKIP_DOCKER_SETUP=1, DET_SKIP_TMUX_TESTS=1).
+pytest_plugins = ["tests.skipguard"]
+
+# Seconds the test process may take to exit after the last test before its threads are dumped and
+# it exits 1: a run that prints all passes and then hangs is a failure, with a trace.
+EXIT_GRACE_S = 120
 
 
 @pytest.fixture
@@ -56,3 +65,9 @@ def cluster(cluster_factory) -> Cluster:  # type: ignore[no-untyped-def]
 
 def pytest_report_header(config) -> str:  # type: ignore[no-untyped-def]
     return f"detlab tests: PostgreSQL at {os.environ.get('DET_TEST_DB_URL', '127.0.0.1:5432')}"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config) -> None:  # type: ignore[no-untyped-def]
+    # Cancelled only by the process exiting: dumps every thread's stack and exits 1 on a hang.
+    faulthandler.dump_traceback_later(EXIT_GRACE_S, exit=True, file=sys.__stderr__)

@@ -110,6 +110,12 @@ def run_fair_share(p: Pass, requests: Sequence[Request]) -> None:
             heapq.heappush(heap, (p.alloc[j] / weight[j], fo, j))
 
 
+def _newness(r: Running) -> tuple[float, int, str]:
+    """Later order is newer; on a tie (trials of one job share their job's order), the later id
+    (numeric ids compare as numbers: "10" is newer than "9")."""
+    return (r.order, len(r.id), r.id)
+
+
 class _Victims:
     """Over-share jobs in a lazy max-heap keyed by where each would stand (allocation relative
     to its share) after losing its newest preemptible trial, so the job that stays best off goes
@@ -123,7 +129,7 @@ class _Victims:
             if r.preemptible and not r.preempting and p.size[r.id] > 0:
                 self.cands[r.job].append(r)
         for lst in self.cands.values():
-            lst.sort(key=lambda r: (-r.order, r.id))  # newest first
+            lst.sort(key=_newness, reverse=True)  # newest first
         self.ptr: dict[Job, int] = defaultdict(int)  # cands[k][:ptr[k]] are victims already
         # Entries: (-relative allocation after losing the newest, job, allocation, version); one
         # whose version is not the job's current one is dropped when it surfaces, one whose

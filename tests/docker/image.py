@@ -6,6 +6,11 @@ The image is `debootstrap --variant=minbase --include=python3 bookworm` imported
 `docker import`: nothing detlab-specific is in it (the agent injects the harness). The rootfs
 tarball is cached in ~/.cache/detlab/ and the image is only built when `docker image inspect`
 does not find it, so repeated runs cost nothing.
+
+debootstrap downloads from its own default Debian mirror; set DET_DEBIAN_MIRROR to use another
+(a local mirror or proxy). A first build takes a few minutes on an idle 2-core machine and much
+longer on a busy one: debootstrap's progress lines are printed as they come, with the elapsed
+time, and nothing here has a time limit.
 """
 
 from __future__ import annotations
@@ -15,10 +20,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 IMAGE = "detlab-test-python:bookworm"
-MIRROR = os.environ.get("DET_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+SUITE = "bookworm"
+
+
+def mirror() -> str | None:
+    """The mirror named by DET_DEBIAN_MIRROR, or None for debootstrap's own default."""
+    return os.environ.get("DET_DEBIAN_MIRROR") or None
+
+
+def debootstrap_args(root: Path, mirror_url: str | None) -> list[str]:
+    args = ["debootstrap", "--variant=minbase", "--include=python3", SUITE, str(root)]
+    return [*args, mirror_url] if mirror_url else args
 
 
 def cache_dir() -> Path:
@@ -58,22 +74,31 @@ def build_rootfs(tarball: Path) -> None:
     tarball.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="detlab-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
-        print(f"image: debootstrap bookworm (minbase + python3) from {MIRROR}", flush=True)
-        proc = subprocess.run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                "--include=python3",
-                "bookworm",
-                str(root),
-                MIRROR,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+        where = mirror() or "debootstrap's default mirror (set DET_DEBIAN_MIRROR for another)"
+        print(
+            f"image: building the rootfs once with debootstrap {SUITE} (minbase + python3) from "
+            f"{where}; this takes a few minutes (longer on a busy machine), later runs reuse it",
+            flush=True,
         )
+        started = time.monotonic()
+        tail: list[str] = []
+        with subprocess.Popen(
+            debootstrap_args(root, mirror()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                line = line.rstrip()
+                tail = [*tail[-40:], line]
+                # I: lines are debootstrap's steps (Retrieving, Validating, Extracting, ...).
+                if line.startswith(("I:", "E:", "W:")):
+                    print(f"image: [{time.monotonic() - started:5.0f}s] {line}", flush=True)
         if proc.returncode != 0:
-            raise RuntimeError(f"debootstrap failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            last = "\n".join(tail[-15:])
+            raise RuntimeError(f"debootstrap failed ({proc.returncode}):\n{last}")
+        print(f"image: rootfs built in {time.monotonic() - started:.0f}s; packing it", flush=True)
         partial = tarball.with_suffix(".partial")
         subprocess.run(
             ["tar", "-C", str(root), "--numeric-owner", "-cf", str(partial), "."], check=True

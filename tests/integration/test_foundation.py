@@ -93,19 +93,31 @@ def test_pause_then_activate_resumes_from_the_checkpoint(cluster: Cluster) -> No
 
 def test_kill_stops_the_process(cluster: Cluster) -> None:
     config = make_config(
-        cluster.ckpt_dir, batches=100000, hparams={"sleep": 0.05, "ignore_preemption": True}
+        cluster.ckpt_dir,
+        batches=100000,
+        hparams={"sleep": 0.05, "ignore_preemption": True, "pid_file": True},
     )
     exp_id = submit(cluster, config)
     tid = only_trial(cluster, exp_id)["id"]
     cluster.wait_trial(tid, lambda t: t["display_state"] == "RUNNING" and t["steps_completed"] > 0)
+    pid = int((cluster.ckpt_dir / f".scripted-pid-{tid}").read_text())
+    assert process_alive(pid), "the trial's process runs before the kill"
     cluster.det("experiment", "kill", str(exp_id))
-    d = cluster.wait_experiment(exp_id, {"CANCELED"}, timeout=30)
+    d = cluster.wait_experiment(exp_id, {"CANCELED"}, timeout=60)
     assert d["trials"][0]["state"] == "CANCELED"
-    steps = cluster.get(f"/trials/{tid}")["trial"]["steps_completed"]
-    wait_for(lambda: True, 1.0)
-    assert cluster.get(f"/trials/{tid}")["trial"]["steps_completed"] == steps, "process still ran"
+    # The process itself is gone (ignore_preemption: it would train forever otherwise).
+    wait_for(lambda: not process_alive(pid), 30, what=f"the trial's process {pid} to end")
     r = cluster.det("experiment", "activate", str(exp_id), check=False)
     assert r.returncode != 0 and "CANCELED" in r.stderr
+
+
+def process_alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def test_crashing_trial_restarts_then_errors_after_max_restarts(cluster: Cluster) -> None:

@@ -124,3 +124,58 @@ def test_request_that_can_never_fit_says_so(cluster: Cluster) -> None:
     )[0]
     assert "4" in job["reason"] and "1" in job["reason"], job["reason"]
     cluster.det("experiment", "kill", str(exp))
+
+
+FAIR_SHARE_PREEMPTING_POOL = """
+resource_pools:
+  - name: default
+    scheduler: {type: fair_share, preemption: true}
+"""
+
+
+def training_steps(cluster: Cluster, trial_id: int) -> list[int]:
+    metrics = cluster.get(f"/trials/{trial_id}/metrics", group="training")["metrics"]
+    return [m["steps_completed"] for m in metrics]
+
+
+def test_fair_share_preempts_the_over_share_job_which_resumes_intact(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    # Job A takes both slots; job B (same weight) arrives: A is over its share (2 of 2 against
+    # 1), B under it (0), so A's newest trial is preempted for B, checkpoints, waits, and resumes
+    # where it stopped once B is done. Real master, agent and trial processes.
+    cluster = cluster_factory(master_yaml=FAIR_SHARE_PREEMPTING_POOL)
+    cluster.start_agent("agent-1", slots=2)
+    search = {"name": "random", "max_trials": 2, "max_concurrent_trials": 2}
+    a = submit(cluster, long_job(cluster, "share-a", batches=300, searcher=search))
+    a_trials = wait_for(
+        lambda: (ts := cluster.experiment(a)["trials"]) and len(ts) == 2 and ts,
+        60,
+        what="A's two trials",
+    )
+    for t in a_trials:
+        cluster.wait_trial(t["id"], lambda t: t["steps_completed"] >= 20, what="A trains")
+    b = submit(cluster, long_job(cluster, "share-b", batches=30))
+    # B runs while A still does: it did not wait for A to finish.
+    b_trial = wait_for(
+        lambda: (t := only_trial(cluster, b))["display_state"] in ("RUNNING", "COMPLETED") and t,
+        120,
+        what="B to get a slot",
+    )
+    assert cluster.experiment(a)["experiment"]["state"] not in ("COMPLETED", "ERROR")
+    d = cluster.wait_experiment(b, {"COMPLETED", "ERROR"}, timeout=180)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(b)
+    d = cluster.wait_experiment(a, {"COMPLETED", "ERROR"}, timeout=300)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(a)
+
+    preempted = []
+    for t in d["trials"]:
+        logs = "\n".join(cluster.logs(t["id"]))
+        assert t["state"] == "COMPLETED" and t["restarts"] == 0, t
+        assert training_steps(cluster, t["id"]) == list(range(1, 301)), "each step once"
+        if "preempted to make room for other work" in logs:
+            stopped = int(re.search(r"preempted at step (\d+)", logs).group(1))
+            resumed = int(re.search(r"resumed from \S+ at step (\d+)", logs).group(1))
+            assert stopped == resumed >= 20
+            preempted.append(t["id"])
+    assert len(preempted) == 1, "exactly one of A's trials made room for B"
+    assert preempted == [max(t["id"] for t in a_trials)], "the newest trial is the victim"
+    assert b_trial["id"] not in preempted

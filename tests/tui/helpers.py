@@ -33,19 +33,19 @@ def settled(app: DetTUI) -> bool:
     return all(c.message != "loading…" for c in screen.query(MetricChart))
 
 
-async def settle(pilot: Pilot, timeout: float = 10.0) -> None:
-    """Wait until every table on the screen has data (and the chart has drawn)."""
+async def settle(pilot: Pilot, timeout: float = 30.0) -> None:
+    """Wait until every table on the screen has data (and the chart has drawn); fail otherwise."""
     end = time.monotonic() + timeout
     await pilot.pause()
-    while time.monotonic() < end:
-        if settled(pilot.app):  # type: ignore[arg-type]
-            break
+    while not settled(pilot.app):  # type: ignore[arg-type]
+        if time.monotonic() >= end:
+            raise AssertionError(f"the screen did not settle within {timeout}s")
         await asyncio.sleep(0.05)
     await pilot.pause()
     await pilot.pause()
 
 
-async def wait_until(pilot: Pilot, pred: Any, timeout: float = 10.0, what: str = "") -> Any:
+async def wait_until(pilot: Pilot, pred: Any, timeout: float = 30.0, what: str = "") -> Any:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = pred()

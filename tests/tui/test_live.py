@@ -148,3 +148,104 @@ async def test_priority_keys_change_the_masters_queue(cluster: Cluster, tmp_path
             )
     for e in (first, second, third):
         cluster.post(f"/experiments/{e}/kill")
+
+
+@sync
+async def test_pause_activate_view_and_logs_keys_against_the_master(
+    cluster: Cluster, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.cluster import ClusterScreen
+    from tui.screens.experiments import ExperimentsScreen
+    from tui.screens.queue import QueueScreen
+
+    exp = submit(cluster, tmp_path, "tui-keys", log_lines=3)
+    running_trial(cluster, exp)
+    app = DetTUI(client(cluster), start=("exps", None), interval=0.5)
+
+    def state() -> str:
+        return cluster.experiment(exp)["experiment"]["state"]
+
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        await pilot.press("p")  # pause: the master pauses the experiment
+        await wait_until(pilot, lambda: state() == "PAUSED", 60, "PAUSED on the master")
+        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        await pilot.press("a")  # activate: it runs again
+        await wait_until(pilot, lambda: state() == "ACTIVE", 60, "ACTIVE on the master")
+        for key, view in (("1", ClusterScreen), ("2", QueueScreen), ("3", ExperimentsScreen)):
+            await pilot.press(key)
+            await wait_until(pilot, lambda v=view: isinstance(app.top_view(), v), 30, key)
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        await pilot.press("l")  # the experiment's logs, from the master
+        await wait_until(pilot, lambda: isinstance(app.top_view(), LogsScreen), 30, "logs")
+        view = app.screen.query_one(LogView)
+        await wait_until(
+            pilot, lambda: any("log line 3 of 3" in e.line for e in view.entries), 60, "lines"
+        )
+        await pilot.press("g")  # to the top: no longer following
+        await wait_until(pilot, lambda: not view.following, 30, "following stopped")
+        await pilot.press("f")  # follow again: back at the bottom as lines arrive
+        await wait_until(pilot, lambda: view.following, 30, "following again")
+    cluster.post(f"/experiments/{exp}/kill")
+
+
+@sync
+async def test_queue_and_trial_keys_against_the_master(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.experiment import ExperimentScreen
+    from tui.screens.queue import QueueScreen
+    from tui.screens.trial import TrialScreen
+
+    api = client(cluster)
+    first = submit(cluster, tmp_path, "tui-j1")
+    trial = running_trial(cluster, first)  # holds the only slot
+    second = submit(cluster, tmp_path, "tui-j2")
+    third = submit(cluster, tmp_path, "tui-j3")
+
+    def order() -> list[str]:
+        return [j["job_id"] for p in api.job_queues() for j in p["jobs"]]
+
+    wait_for(lambda: len(order()) >= 3, 30, what="three jobs")
+    app = DetTUI(api, start=("queue", None), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: str(second) in {r.key for r in table.rows}, 30)
+        table.move_to_key(str(second))
+        assert order().index(str(second)) < order().index(str(third))
+        await pilot.press("J")  # move down: behind the third job, on the master
+        await wait_until(
+            pilot,
+            lambda: order().index(str(second)) > order().index(str(third)),
+            30,
+            "the second job moved behind the third on the master",
+        )
+        await wait_until(pilot, lambda: table.current is not None, 30)
+        table.move_to_key(str(first))
+        await pilot.press("e")  # the row's experiment
+        await wait_until(
+            pilot,
+            lambda: isinstance(v := app.top_view(), ExperimentScreen) and v.exp_id == first,
+            30,
+            "experiment view",
+        )
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.top_view(), QueueScreen), 30, "back")
+        await pilot.press("colon", *f"trial {trial}", "enter")
+        await wait_until(pilot, lambda: isinstance(app.top_view(), TrialScreen), 30, "trial")
+        await pilot.press("l")  # the trial's logs
+        await wait_until(pilot, lambda: isinstance(app.top_view(), LogsScreen), 30, "logs")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.top_view(), TrialScreen), 30, "back")
+        await pilot.press("e")  # the trial's experiment
+        await wait_until(
+            pilot,
+            lambda: isinstance(v := app.top_view(), ExperimentScreen) and v.exp_id == first,
+            30,
+            "the trial's experiment",
+        )
+    for exp in (first, second, third):
+        cluster.post(f"/experiments/{exp}/kill")

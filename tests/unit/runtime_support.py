@@ -31,7 +31,7 @@ class Sink:
         with self._cond:
             return [ln for a, s, ln in self.lines if a == aid and (stream is None or s == stream)]
 
-    def wait_for(self, aid: str, text: str, timeout: float = 10.0) -> None:
+    def wait_for(self, aid: str, text: str, timeout: float = 60.0) -> None:
         with self._cond:
             ok = self._cond.wait_for(lambda: any(text in ln for ln in self.of(aid)), timeout)
         assert ok, f"{text!r} never appeared in {self.of(aid)}"
@@ -64,7 +64,7 @@ def state(rt: ProcessRuntime, aid: str) -> dict[str, Any]:
     return next(a for a in rt.states() if a["id"] == aid)
 
 
-def wait_exited(rt: ProcessRuntime, aid: str, timeout: float = 10.0) -> dict[str, Any]:
+def wait_exited(rt: ProcessRuntime, aid: str, timeout: float = 60.0) -> dict[str, Any]:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         st = state(rt, aid)

@@ -81,7 +81,7 @@ def test_flushes_after_interval_without_flush_call() -> None:
     client = FakeClient()
     shipper = LogShipper(client, flush_interval=0.05).start()
     shipper.add("a", "stderr", "lonely line")
-    end = time.monotonic() + 2
+    end = time.monotonic() + 30
     while not client.lines and time.monotonic() < end:
         time.sleep(0.01)
     assert [ln["line"] for ln in client.lines] == ["lonely line"]
@@ -132,6 +132,7 @@ class _Recorder(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         server: Any = self.server
+        server.requests += 1
         if self.headers.get("Authorization") != "Bearer tok":
             self._reply(401, {"error": {"code": "unauthenticated", "message": "bad token"}})
             return
@@ -158,6 +159,7 @@ class _Recorder(BaseHTTPRequestHandler):
 def server() -> Iterator[Any]:
     srv: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     srv.received = []
+    srv.requests = 0  # every POST, accepted or not
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield srv
@@ -181,11 +183,10 @@ def test_shipper_over_http(server: Any) -> None:
 
 def test_client_rejection_is_not_retried(server: Any) -> None:
     client = AgentClient(Session(f"http://127.0.0.1:{server.server_port}", "wrong"), "a")
-    t0 = time.monotonic()
     with pytest.raises(Exception) as info:
         client.poll({"wait": 0})
     assert info.value.__class__.__name__ == "Unauthenticated"
-    assert time.monotonic() - t0 < 1
+    assert server.requests == 1, "a rejected token is not retried"
 
 
 def _free_port() -> int:
@@ -200,14 +201,15 @@ def test_client_retries_with_backoff_and_logs_once(caplog: pytest.LogCaptureFixt
     t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="agent.client"), pytest.raises(MasterUnreachable):
         client.poll({"wait": 0})
-    assert 0.9 < time.monotonic() - t0 < 3
+    # it kept retrying until aborted (at 1 s); the upper bound is only "it did stop"
+    assert 0.9 < time.monotonic() - t0 < 60
     assert caplog.text.count("master unreachable") == 1
     # a deadline bounds a call even when nobody aborts
     client.abort.clear()
     t0 = time.monotonic()
     with pytest.raises(MasterUnreachable):
         client.ship_logs([], deadline=time.monotonic() + 0.5)
-    assert time.monotonic() - t0 < 2
+    assert 0.4 < time.monotonic() - t0 < 60
 
 
 def test_api_path() -> None:

@@ -117,7 +117,7 @@ class FakeMaster:
         self.server.server_close()
 
 
-def wait_until(cond: Callable[[], Any], timeout: float = 10.0, what: str = "") -> None:
+def wait_until(cond: Callable[[], Any], timeout: float = 60.0, what: str = "") -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if cond():
@@ -238,7 +238,7 @@ def test_poll_loop_start_then_kill(tmp_path: Path, fake_master: Callable[..., Fa
         def exited(aid: str) -> list[dict[str, Any]]:
             return [a for a in master.reported(aid) if a["state"] == "EXITED"]
 
-        wait_until(lambda: all(exited(a) for a in ("a1", "a2", "a3")), 15, "three exits")
+        wait_until(lambda: all(exited(a) for a in ("a1", "a2", "a3")), 60, "three exits")
         for aid in ("a1", "a2"):
             reports = master.reported(aid)
             assert any(a["state"] == "RUNNING" and a["pid"] for a in reports)
@@ -253,7 +253,7 @@ def test_poll_loop_start_then_kill(tmp_path: Path, fake_master: Callable[..., Fa
 
         # once a poll has carried the exit, the agent forgets the allocation
         n = len(master.polls)
-        wait_until(lambda: len(master.polls) > n + 1, 5, "more polls")
+        wait_until(lambda: len(master.polls) > n + 1, 60, "more polls")
         assert master.polls[-1]["allocations"] == []
         assert runtime.states() == []
     finally:
@@ -306,8 +306,8 @@ def test_det_agent_sigterm_kills_trials_and_reports(
         cwd=REPO,
     )
     try:
-        wait_until(lambda: "hello" in master.lines("s1"), 15, "the trial's first line")
-        wait_until(lambda: any(a["pid"] for a in master.reported("s1")), 5, "RUNNING with pid")
+        wait_until(lambda: "hello" in master.lines("s1"), 60, "the trial's first line")
+        wait_until(lambda: any(a["pid"] for a in master.reported("s1")), 60, "RUNNING with pid")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=10)
     finally:

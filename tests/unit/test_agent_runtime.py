@@ -123,7 +123,7 @@ def test_kill_escalates_to_sigkill_after_grace(runtime: ProcessRuntime, sink: Si
     st = wait_exited(runtime, "k1")
     elapsed = time.monotonic() - t0
     assert st["exit_code"] == -9
-    assert 0.9 <= elapsed < 5.0
+    assert elapsed >= 0.9, "SIGKILL only after the 1 s grace"
     assert "got SIGTERM, ignoring it" in sink.of("k1", "stdout")
     assert any("SIGKILL" in ln for ln in sink.of("k1", "stderr"))
 
@@ -133,10 +133,9 @@ def test_kill_graceful(runtime: ProcessRuntime, sink: Sink) -> None:
         spec("k2", ["python3", "-c", "import time; print('up', flush=True); time.sleep(60)"]), None
     )
     sink.wait_for("k2", "up")
-    t0 = time.monotonic()
     runtime.kill("k2")
-    assert wait_exited(runtime, "k2")["exit_code"] == -15
-    assert time.monotonic() - t0 < 0.9
+    assert wait_exited(runtime, "k2")["exit_code"] == -15  # SIGTERM ended it: no escalation
+    assert not any("did not exit within" in ln for ln in sink.of("k2", "stderr"))
 
 
 def test_missing_executable(runtime: ProcessRuntime, sink: Sink) -> None:
@@ -258,7 +257,7 @@ def test_trials_die_with_a_killed_agent(tmp_path: Path) -> None:
     )
     assert proc.returncode == -9, proc.stderr
     pid = int(proc.stdout.split()[0])
-    end = time.monotonic() + 5
+    end = time.monotonic() + 30
     while alive(pid) and time.monotonic() < end:
         time.sleep(0.05)
     assert not alive(pid), "the trial outlived its agent"

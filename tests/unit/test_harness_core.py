@@ -140,7 +140,7 @@ def test_preemption_flag_and_single_ack(master: Master) -> None:
     with core.init() as ctx:
         assert ctx.preempt.should_preempt() is False
         master.preempt.set()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while not ctx.preempt.should_preempt():
             assert time.monotonic() < deadline, "preemption never seen"
             time.sleep(0.01)
@@ -148,12 +148,15 @@ def test_preemption_flag_and_single_ack(master: Master) -> None:
     assert len(master.fake.calls_to("/ack_preemption", "POST")) == 1
 
 
-def test_should_preempt_is_cheap(master: Master) -> None:
+def test_should_preempt_does_no_io(master: Master) -> None:
+    # Cheap by construction: the flag is read locally; only the watcher thread asks the master
+    # (one long poll at a time). Counted in requests, not seconds (speed figures live in bench/).
     with core.init() as ctx:
-        t0 = time.perf_counter()
+        before = len(master.fake.calls)
         for _ in range(100_000):
             ctx.preempt.should_preempt()
-        assert time.perf_counter() - t0 < 1.0
+        asked = len(master.fake.calls) - before
+        assert asked < 100, f"{asked} requests during 100,000 should_preempt() calls"
 
 
 def test_invalid_hp_reports_early_exit(master: Master) -> None:

@@ -26,6 +26,7 @@ class Metrics:
         self.delay = 0.0
         self.reject_step: int | None = None
         self.status: int | None = None
+        self.gate: threading.Event | None = None  # when set, requests wait for it
         self.lock = threading.Lock()
 
         @fake.app.post("/api/v1/trials/<int:tid>/metrics")
@@ -39,6 +40,8 @@ class Metrics:
             ):
                 return api_error(400, "validation", "bad report", "reports[0].metrics")
             time.sleep(self.delay)
+            if self.gate is not None:
+                self.gate.wait(60)
             with self.lock:
                 self.reports.extend(reports)
                 self.batches.append(len(reports))
@@ -76,28 +79,31 @@ def test_batches_are_large_ordered_and_complete(fake: FakeMaster) -> None:
     s.close()
 
 
-def test_report_is_fast(fake: FakeMaster) -> None:
-    Metrics(fake)
+def test_report_never_waits_for_the_master(fake: FakeMaster) -> None:
+    # The training loop's side does no I/O: 50k reports return while the master holds every
+    # request (nothing recorded yet), whatever the machine's load. Speed is in bench/.
+    m = Metrics(fake)
+    m.gate = threading.Event()
     s = _shipper_for(fake)
-    t0 = time.perf_counter()
     for i in range(50_000):
         s.report("training", i, {"loss": 0.1})
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.0, f"50k reports took {elapsed:.2f}s in the training loop"
-    assert s.close(timeout=30)
+    assert m.reports == [], "a report waited for the master's answer"
+    m.gate.set()
+    assert s.close(timeout=120)
+    assert [r["steps_completed"] for r in m.reports] == list(range(50_000))
 
 
 def test_nothing_lost_across_an_outage(fake: FakeMaster) -> None:
     m = Metrics(fake)
     s = _shipper_for(fake)
     s.report("training", 0, {"loss": 1})
-    assert s.flush(timeout=10)
+    assert s.flush(timeout=60)
     fake.stop()  # master down: connection refused
     for i in range(1, 200):
         s.report("validation" if i % 10 == 0 else "training", i, {"loss": i})
     assert not s.flush(timeout=0.3)
     fake.start()  # same port
-    assert s.flush(timeout=20)
+    assert s.flush(timeout=60)
     assert [r["steps_completed"] for r in m.reports] == list(range(200))
     assert m.reports[10]["group"] == "validation"
     s.close()
@@ -110,7 +116,7 @@ def test_server_errors_are_retried(fake: FakeMaster) -> None:
     s.report("training", 1, {"a": 1})
     time.sleep(0.3)
     m.status = None
-    assert s.flush(timeout=10)
+    assert s.flush(timeout=60)
     assert [r["steps_completed"] for r in m.reports] == [1]
     s.close()
 
@@ -121,7 +127,7 @@ def test_one_bad_report_does_not_sink_its_batch(fake: FakeMaster) -> None:
     s = _shipper_for(fake)
     for i in range(40):
         s.report("training", i, {"x": i})
-    assert s.flush(timeout=10)
+    assert s.flush(timeout=60)
     assert [r["steps_completed"] for r in m.reports] == [i for i in range(40) if i != 13]
     assert s.dropped == 1
     s.close()
@@ -136,7 +142,7 @@ def test_nonfinite_and_tensor_like_values(fake: FakeMaster) -> None:
 
     s = _shipper_for(fake)
     s.report("training", 1, {"nan": float("nan"), "inf": float("inf"), "t": Scalar()})
-    assert s.flush(timeout=10)
+    assert s.flush(timeout=60)
     assert m.reports[0]["metrics"] == {"nan": "NaN", "inf": "Infinity", "t": 2.5}
     s.close()
 
@@ -148,7 +154,7 @@ def test_reported_dict_is_copied(fake: FakeMaster) -> None:
     d = {"loss": 1}
     s.report("training", 1, d)
     d["loss"] = 2  # the user reuses their dict
-    assert s.flush(timeout=10)
+    assert s.flush(timeout=60)
     assert m.reports[0]["metrics"] == {"loss": 1}
     s.close()
 
@@ -158,7 +164,7 @@ def test_progress_is_coalesced_and_flushed(fake: FakeMaster) -> None:
     s = _shipper_for(fake)
     for i in range(1, 101):
         s.set_progress(i / 100)
-    assert s.flush(timeout=10)
+    assert s.flush(timeout=60)
     assert m.progress[-1] == 1.0
     assert len(m.progress) < 100
     s.close()
@@ -180,7 +186,7 @@ def test_batch_cap(fake: FakeMaster, monkeypatch: pytest.MonkeyPatch) -> None:
     s = MetricsShipper(Client(Session(fake.url, "t")), 7, lambda msg: None, max_batch=10)
     for i in range(55):
         s.report("training", i, {})
-    assert s.flush(timeout=10)
+    assert s.flush(timeout=60)
     assert max(m.batches) <= 10 and sum(m.batches) == 55
     assert _shipper.MAX_BATCH == 5000
     s.close()

@@ -305,3 +305,12 @@ def test_fair_share_preemption_respects_preemptible() -> None:
     ]
     d = schedule(FAIR_P, [Request("B0", "B", 1)], running, [agent("a")])
     assert d.preemptions == []
+
+
+def test_fair_share_preempts_the_newest_trial_when_a_jobs_trials_share_its_order() -> None:
+    # The master gives every trial of a job its job's order: the newest is then the later id,
+    # compared as a number ("10" is newer than "9").
+    for ids, newest in ((("1", "2", "3"), "3"), (("9", "10", "8"), "10")):
+        running = [run(i, "a", (k,), job="A", order=5.0) for k, i in enumerate(ids)]
+        d = schedule(FAIR_P, [req("b", 1, job="B", order=6.0)], running, [agent("a", (), 3)])
+        assert d.preemptions == [newest]
