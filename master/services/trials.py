@@ -24,6 +24,7 @@ from master.services.searcher import (
     load_searcher,
     searcher_exited_early,
     searcher_trial_closed,
+    searcher_trial_exited_ok,
     update_progress,
 )
 from master.states import STOPPING_TO_TERMINAL, State, is_terminal, trial_display_state
@@ -65,7 +66,7 @@ def complete_operation(trial_id: int, length: int, metric: Any) -> None:
         trial.searcher_completed = length
         smaller = exp.config.get("searcher", {}).get("smaller_is_better", True)
         if math.isfinite(metric):
-            _record_searcher_metric(exp, trial, metric)
+            record_searcher_metric(exp, trial, metric)
         else:  # NaN or infinite: the worst possible result, never the best
             metric = math.inf if smaller else -math.inf
         if trial.state == State.ACTIVE or trial.state in (State.PAUSED, State.STOPPING_COMPLETED):
@@ -91,7 +92,7 @@ def _as_float(metric: Any) -> float:
     return float(metric)
 
 
-def _record_searcher_metric(exp: Experiment, trial: Trial, metric: float) -> None:
+def record_searcher_metric(exp: Experiment, trial: Trial, metric: float) -> None:
     smaller = exp.config.get("searcher", {}).get("smaller_is_better", True)
 
     def better(a: float, b: float | None) -> bool:
@@ -197,12 +198,14 @@ def allocation_exited(alloc: Allocation, exit_code: int | None, error: str | Non
         elif error and error.startswith(AGENT_SHUTDOWN):
             # Not the trial's fault: requeue it without spending one of its restarts.
             write_master_line(trial.id, alloc, f"{error}; the trial will resume elsewhere")
+        elif ok:
+            # Determined 0.38: a trial process that exits 0 is COMPLETED, whether or not it used
+            # searcher operations; the searcher gets its metric from the reported validations.
+            trial.state = State.COMPLETED.value
+            trial.ended_at = now
+            write_master_line(trial.id, alloc, "trial completed (the process exited 0)")
+            searcher_trial_exited_ok(exp, trial)
         else:
-            if ok:
-                describe = (
-                    f"exited with code 0 after training to {trial.searcher_completed} of the "
-                    f"{trial.searcher_target} the searcher asked for"
-                )
             _failed(exp, trial, alloc, describe)
     maybe_finish(exp)
     update_progress(exp)
