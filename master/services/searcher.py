@@ -153,9 +153,8 @@ def validation_metric(exp: Experiment, trial: Trial) -> float | None:
     """The searcher metric of the trial's latest validation, else its best one."""
     name = exp.config.get("searcher", {}).get("metric")
     latest = (trial.latest_validation or {}).get(name) if name else None
-    if isinstance(latest, int | float) and not isinstance(latest, bool):
-        if math.isfinite(latest):
-            return float(latest)
+    if isinstance(latest, int | float) and not isinstance(latest, bool) and math.isfinite(latest):
+        return float(latest)
     return trial.best_validation
 
 

@@ -375,9 +375,7 @@ def test_max_length_required_for_asha_only() -> None:
 def test_max_length_optional_for_single_grid_random(name: str) -> None:
     # Determined 0.38: the script decides how long it trains; operations get a default length.
     extra = {"max_trials": 2} if name == "random" else {}
-    c = validate_experiment_config(
-        base(searcher=searcher(name=name, max_length=None, **extra))
-    )
+    c = validate_experiment_config(base(searcher=searcher(name=name, max_length=None, **extra)))
     assert c["searcher"]["max_length"] is None
     assert (length_unit(c), max_length_value(c)) == ("batches", 100)
 
