@@ -6,11 +6,14 @@ import argparse
 import shutil
 from pathlib import Path
 
-from harness.cli._common import Cli, add_json_flag, print_json, print_table, size, when
+from harness.cli._common import Cli, CliError, add_json_flag, print_json, print_table, size, when
 
 
 def list_checkpoints(cli: Cli, args: argparse.Namespace) -> int:
-    ckpts = cli.client().list_checkpoints(experiment_id=args.experiment, trial_id=args.trial)
+    experiment = args.experiment or getattr(args, "experiment_id", None)
+    if (experiment is None) == (args.trial is None):
+        raise CliError("det checkpoint list: give one of EXPERIMENT_ID, --experiment or --trial")
+    ckpts = cli.client().list_checkpoints(experiment_id=experiment, trial_id=args.trial)
     if args.json:
         print_json(cli, ckpts)
         return 0
@@ -49,7 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     x = s.add_parser("list", aliases=["ls"], help="checkpoints of an experiment or a trial")
-    g = x.add_mutually_exclusive_group(required=True)
+    x.add_argument("experiment_id", type=int, nargs="?", metavar="EXPERIMENT_ID")
+    g = x.add_mutually_exclusive_group()
     g.add_argument("--experiment", "-e", type=int, metavar="ID")
     g.add_argument("--trial", "-t", type=int, metavar="ID")
     add_json_flag(x)

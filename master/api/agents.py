@@ -32,7 +32,10 @@ def _check_id(agent_id: str) -> None:
 def poll(agent_id: str):  # type: ignore[no-untyped-def]
     require_agent()
     _check_id(agent_id)
-    return jsonify(svc.handle_poll(agent_id, request.get_json(silent=True)))
+    payload = request.get_json(silent=True)
+    if isinstance(payload, dict):  # where trials of this agent are reached (container_addrs)
+        payload["_remote_addr"] = request.remote_addr
+    return jsonify(svc.handle_poll(agent_id, payload))
 
 
 @bp.post("/agents/<agent_id>/logs")

@@ -82,6 +82,8 @@ def _sync_agent(agent_id: str, payload: dict) -> tuple[Agent, bool]:
         agent.resource_pool = pool
         changed = True
     agent.hostname = payload.get("hostname") or agent.hostname
+    if payload.get("_remote_addr"):
+        agent.address = str(payload["_remote_addr"])[:256]
     agent.runtime = payload.get("runtime") or agent.runtime
     agent.version = payload.get("version") or agent.version
     agent.last_seen = utcnow()

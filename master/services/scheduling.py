@@ -298,6 +298,19 @@ def enforce_preemption_timeouts() -> None:
             hub.notify(agent_key(agent_id))
 
 
+def container_addrs(containers: dict[str, dict], agent_id: str) -> list[str]:
+    """The address of each container of the allocation, in container-rank order (Determined's
+    `ClusterInfo.container_addrs`): the address its agent polls the master from."""
+    ranked = sorted(containers.items(), key=lambda kv: int(kv[1].get("rank", 0))) or [
+        (agent_id, {})
+    ]
+    out = []
+    for aid, _ in ranked:
+        agent = db.session.get(Agent, aid)
+        out.append((agent.address or agent.hostname or "") if agent else "")
+    return out
+
+
 def start_spec(alloc: Allocation, agent_id: str) -> dict:
     """What `agent_id` needs to start its container of this allocation (fresh session token)."""
     containers = containers_of(alloc)
@@ -320,7 +333,7 @@ def start_spec(alloc: Allocation, agent_id: str) -> dict:
         "DET_SLOT_IDS": json.dumps(list(mine["slots"])),
         "DET_CONTAINER_RANK": str(mine["rank"]),
         "DET_NUM_CONTAINERS": str(len(containers)),
-        "DET_CONTAINER_ADDRS": json.dumps([]),
+        "DET_CONTAINER_ADDRS": json.dumps(container_addrs(containers, agent_id)),
         "DET_EXPERIMENT_CONFIG": json.dumps(config),
     }
     return {
