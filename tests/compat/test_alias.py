@@ -16,7 +16,9 @@ from tests.cluster import ROOT
 ALIAS = alias_dir(harness_root())
 
 
-def python(code: str, *, alias: bool = True, args: list[str] | None = None) -> subprocess.CompletedProcess:
+def python(
+    code: str, *, alias: bool = True, args: list[str] | None = None
+) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), ALIAS] if alias else [str(ROOT)])
     cmd = [sys.executable, *(args or ["-c", code])]
