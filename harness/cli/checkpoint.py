@@ -32,6 +32,20 @@ def list_checkpoints(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
+def describe(cli: Cli, args: argparse.Namespace) -> int:
+    ckpt = cli.client().get_checkpoint(args.uuid)
+    if args.json:
+        print_json(cli, ckpt)
+    else:
+        for key in ("uuid", "trial_id", "steps_completed", "state", "reported_at"):
+            cli.out.write(f"{key}: {ckpt.get(key)}\n")
+        cli.out.write(f"metadata: {ckpt.get('metadata')}\n")
+        cli.out.write(
+            f"files: {len(ckpt.get('resources') or {})}, size: {size(ckpt.get('size'))}\n"
+        )
+    return 0
+
+
 def download(cli: Cli, args: argparse.Namespace) -> int:
     """Copy straight from shared storage when this machine sees it, else via the master."""
     client = cli.client()
@@ -58,6 +72,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--trial", "-t", type=int, metavar="ID")
     add_json_flag(x)
     x.set_defaults(func=list_checkpoints)
+
+    x = s.add_parser("describe", help="one checkpoint: trial, steps, metadata, files")
+    x.add_argument("uuid", metavar="UUID")
+    add_json_flag(x)
+    x.set_defaults(func=describe)
 
     x = s.add_parser("download", help="fetch a checkpoint's files")
     x.add_argument("uuid", metavar="UUID")

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from flask import Flask
 
-from master.api import agents, allocations, auth, checkpoints, experiments, jobs, trials
+from master.api import (
+    agents,
+    allocations,
+    auth,
+    checkpoints,
+    experiments,
+    jobs,
+    templates,
+    trials,
+)
 
 
 def register_api(app: Flask) -> None:
-    for module in (auth, experiments, trials, checkpoints, agents, allocations, jobs):
+    for module in (auth, experiments, trials, checkpoints, agents, allocations, jobs, templates):
         app.register_blueprint(module.bp, url_prefix="/api/v1")
