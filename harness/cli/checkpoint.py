@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
-from harness.cli._common import Cli, CliError, add_json_flag, print_json, print_table, size, when
+from harness.cli._common import Cli, add_json_flag, print_json, print_table, size, when
 
 
 def list_checkpoints(cli: Cli, args: argparse.Namespace) -> int:
     experiment = args.experiment or getattr(args, "experiment_id", None)
     if (experiment is None) == (args.trial is None):
-        raise CliError("det checkpoint list: give one of EXPERIMENT_ID, --experiment or --trial")
+        sys.stderr.write(
+            "usage: det checkpoint list (EXPERIMENT_ID | --experiment ID | --trial ID)\n"
+            "det checkpoint list: error: give one of EXPERIMENT_ID, --experiment or --trial\n"
+        )
+        return 2
     ckpts = cli.client().list_checkpoints(experiment_id=experiment, trial_id=args.trial)
     if args.json:
         print_json(cli, ckpts)
