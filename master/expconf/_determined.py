@@ -59,9 +59,14 @@ STRIPPED = frozenset(
 def _present(raw: Mapping[str, Any], path: str) -> bool:
     section, _, key = path.partition(".")
     if not key:
-        return raw.get(section) is not None
+        return _set(raw.get(section))
     sub = raw.get(section)
-    return isinstance(sub, Mapping) and sub.get(key) is not None
+    return isinstance(sub, Mapping) and _set(sub.get(key))
+
+
+def _set(value: Any) -> bool:
+    """Set to something that asks for behaviour (`debug: false`, `ports: {}` ask for none)."""
+    return value is not None and value is not False and value != {} and value != []
 
 
 def unhonoured(raw: Any) -> list[tuple[str, str]]:
