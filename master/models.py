@@ -93,6 +93,8 @@ class Agent(db.Model):
     last_seen: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     # Latest per-slot stats ({slot index: {...}}), written with the heartbeat in one UPDATE.
     slot_stats: Mapped[dict | None] = mapped_column(JSONType)
+    # The address the master sees the agent's polls from (a trial's container_addrs).
+    address: Mapped[str | None] = mapped_column(String(256))
     slots: Mapped[list[Slot]] = relationship(
         back_populates="agent", order_by="Slot.index", cascade="all, delete-orphan"
     )
@@ -137,6 +139,7 @@ class Experiment(db.Model):
     queue_order: Mapped[float | None] = mapped_column(Float)
     best_trial_id: Mapped[int | None] = mapped_column(Integer)
     best_validation: Mapped[float | None] = mapped_column(Float)
+    labels: Mapped[list | None] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(TZ)
     owner: Mapped[User] = relationship()
@@ -276,3 +279,13 @@ class StateChange(db.Model):
             "reason": self.reason,
             "at": iso(self.at),
         }
+
+
+class ConfigTemplate(db.Model):
+    """A named experiment-config fragment merged under configs at submit time (templates)."""
+
+    __tablename__ = "config_templates"
+    name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    config: Mapped[dict] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)

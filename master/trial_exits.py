@@ -24,6 +24,9 @@ class Outcome(Enum):
     WAIT_FOR_SEARCHER = "wait_for_searcher"  # did its work; the searcher may want more
     PREEMPTED = "preempted"  # asked to make room: it queues again from its checkpoint
     REQUEUE = "requeue"  # not the trial's fault: it queues again without spending a restart
+    # Determined 0.38: a process that exits 0 is COMPLETED, whether or not it used searcher
+    # operations; the searcher takes its metric from the reported validations.
+    EXITED_OK = "exited_ok"
     KILLED = "killed"  # the user killed it: CANCELED
     RESTART = "restart"  # failed; it runs again from its latest checkpoint
     FAILED = "failed"  # failed and out of restarts (or retrying cannot help): ERROR
@@ -69,6 +72,8 @@ def decide(f: ExitFacts) -> Outcome:
         return Outcome.PREEMPTED
     if f.cause is not None and not f.cause.trials_fault:
         return Outcome.REQUEUE
+    if f.ok:
+        return Outcome.EXITED_OK
     if f.kill_requested:
         return Outcome.KILLED
     budget = f.max_restarts
@@ -86,6 +91,7 @@ def final_state(outcome: Outcome, trial_state: State) -> State | None:
     return {
         Outcome.INVALID_HP: State.COMPLETED,
         Outcome.COMPLETED: State.COMPLETED,
+        Outcome.EXITED_OK: State.COMPLETED,
         Outcome.KILLED: State.CANCELED,
         Outcome.FAILED: State.ERROR,
     }.get(outcome)

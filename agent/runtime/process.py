@@ -121,6 +121,11 @@ def harness_root() -> str | None:
     return str(Path(next(iter(spec.submodule_search_locations))).resolve().parent)
 
 
+def alias_dir(root: str | None) -> str:
+    """The directory holding the trial-only `determined` alias package (harness/_alias)."""
+    return str(Path(root) / "harness" / "_alias") if root else ""
+
+
 def _user_env_vars(environment: Any, gpu: bool) -> dict[str, str]:
     """`environment.environment_variables` in any of Determined's forms: a mapping, a list of
     "K=V", or per-device lists `{cpu: [...], cuda: [...]}`."""
@@ -193,7 +198,8 @@ class ProcessRuntime(Runtime):
         env["PYTHONUNBUFFERED"] = "1"
         env["PATH"] = _prepend(env.get("PATH") or os.defpath, [os.path.dirname(sys.executable)])
         env["PYTHONPATH"] = _prepend(
-            env.get("PYTHONPATH"), [self._harness_root or "", str(workdir)]
+            env.get("PYTHONPATH"),
+            [self._harness_root or "", str(workdir), alias_dir(self._harness_root)],
         )
         return env
 

@@ -84,17 +84,58 @@ class Client:
         self, config_text: str, model_def: bytes | None = None, activate: bool = True
     ) -> JSON:
         """POST the YAML text (and the model dir as .tar.gz bytes) as multipart/form-data."""
+        return self.submit_experiment(config_text, model_def, activate)["experiment"]
+
+    def submit_experiment(
+        self,
+        config_text: str,
+        model_def: bytes | None = None,
+        activate: bool = True,
+        template: str | None = None,
+        validate_only: bool = False,
+    ) -> JSON:
+        """The whole reply: `{"experiment": ..., "warnings": [...]}`, or with `validate_only`
+        `{"config": expanded, "warnings": [...]}` (nothing is created)."""
         files: dict[str, Any] = {"config": (None, config_text, "application/yaml")}
         if model_def is not None:
             files["model_def"] = ("model_def.tar.gz", model_def, "application/gzip")
+        params = {"activate": "true" if activate else "false"}
+        if template:
+            params["template"] = template
+        if validate_only:
+            params["validate_only"] = "true"
         resp = self.session.request(
             "POST",
             "/experiments",
             files=files,
-            params={"activate": "true" if activate else "false"},
+            params=params,
             timeout=max(self.session.timeout, 120.0),
         )
-        return resp.json()["experiment"]
+        return resp.json()
+
+    def patch_experiment(self, exp_id: int, **changes: Any) -> JSON:
+        return self.session.request("PATCH", f"/experiments/{exp_id}", json=changes).json()[
+            "experiment"
+        ]
+
+    # ---- templates -------------------------------------------------------------------------
+    def list_templates(self) -> list[JSON]:
+        return self.session.get("/templates")["templates"]
+
+    def get_template(self, name: str) -> JSON:
+        return self.session.get(f"/templates/{name}")["template"]
+
+    def set_template(self, name: str, config_text: str) -> JSON:
+        body = {"config": config_text}
+        return self.session.request("PUT", f"/templates/{name}", json=body).json()["template"]
+
+    def remove_template(self, name: str) -> None:
+        self.session.request("DELETE", f"/templates/{name}")
+
+    def render_template(self, name: str, config_text: str, source: str = "config") -> JSON:
+        return self.session.post(
+            f"/templates/{name}/render", {"config": config_text, "source": source}
+        )
 
     def list_experiments(
         self,

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 
 from harness.cli._common import Cli, add_json_flag, print_json, print_table, size, when
 
 
 def list_checkpoints(cli: Cli, args: argparse.Namespace) -> int:
-    ckpts = cli.client().list_checkpoints(experiment_id=args.experiment, trial_id=args.trial)
+    experiment = args.experiment or getattr(args, "experiment_id", None)
+    if (experiment is None) == (args.trial is None):
+        sys.stderr.write(
+            "usage: det checkpoint list (EXPERIMENT_ID | --experiment ID | --trial ID)\n"
+            "det checkpoint list: error: give one of EXPERIMENT_ID, --experiment or --trial\n"
+        )
+        return 2
+    ckpts = cli.client().list_checkpoints(experiment_id=experiment, trial_id=args.trial)
     if args.json:
         print_json(cli, ckpts)
         return 0
@@ -26,6 +34,20 @@ def list_checkpoints(cli: Cli, args: argparse.Namespace) -> int:
             ("REPORTED", lambda c: when(c.get("reported_at"))),
         ],
     )
+    return 0
+
+
+def describe(cli: Cli, args: argparse.Namespace) -> int:
+    ckpt = cli.client().get_checkpoint(args.uuid)
+    if args.json:
+        print_json(cli, ckpt)
+    else:
+        for key in ("uuid", "trial_id", "steps_completed", "state", "reported_at"):
+            cli.out.write(f"{key}: {ckpt.get(key)}\n")
+        cli.out.write(f"metadata: {ckpt.get('metadata')}\n")
+        cli.out.write(
+            f"files: {len(ckpt.get('resources') or {})}, size: {size(ckpt.get('size'))}\n"
+        )
     return 0
 
 
@@ -49,11 +71,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     x = s.add_parser("list", aliases=["ls"], help="checkpoints of an experiment or a trial")
-    g = x.add_mutually_exclusive_group(required=True)
+    x.add_argument("experiment_id", type=int, nargs="?", metavar="EXPERIMENT_ID")
+    g = x.add_mutually_exclusive_group()
     g.add_argument("--experiment", "-e", type=int, metavar="ID")
     g.add_argument("--trial", "-t", type=int, metavar="ID")
     add_json_flag(x)
     x.set_defaults(func=list_checkpoints)
+
+    x = s.add_parser("describe", help="one checkpoint: trial, steps, metadata, files")
+    x.add_argument("uuid", metavar="UUID")
+    add_json_flag(x)
+    x.set_defaults(func=describe)
 
     x = s.add_parser("download", help="fetch a checkpoint's files")
     x.add_argument("uuid", metavar="UUID")

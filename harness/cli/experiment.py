@@ -42,15 +42,43 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
         text = Path(args.config).read_text()
     except OSError as e:
         raise CliError(f"cannot read {args.config}: {e.strerror or e}") from e
-    validate_config_text(text)
-    model_def = build_model_def(args.model_dir)
+    if args.config_overrides:
+        import yaml
+
+        from harness.cli._overrides import OverrideError, apply_overrides
+
+        try:
+            text = yaml.safe_dump(
+                apply_overrides(yaml.safe_load(text), args.config_overrides), sort_keys=False
+            )
+        except (OverrideError, yaml.YAMLError) as e:
+            raise CliError(str(e)) from e
+    if not args.template:  # with a template, the master validates the merged config
+        validate_config_text(text)
     client = cli.client()
-    exp = client.create_experiment(text, model_def, activate=not args.paused)
+    if args.test:
+        body = client.submit_experiment(text, None, template=args.template, validate_only=True)
+        _warn(cli, body)
+        cli.out.write("Experiment configuration is valid (nothing was created)\n")
+        return 0
+    model_def = build_model_def(args.model_dir)
+    body = client.submit_experiment(
+        text, model_def, activate=not args.paused, template=args.template
+    )
+    _warn(cli, body)
+    exp = body["experiment"]
     cli.out.write(f"Created experiment {exp['id']}\n")
     cli.out.flush()
     if not args.follow:
         return 0
     return 0 if follow_experiment(client, exp["id"]) == "COMPLETED" else 1
+
+
+def _warn(cli: Cli, body: dict) -> None:
+    import sys
+
+    for w in body.get("warnings") or []:
+        print(f"warning: {w}", file=sys.stderr)
 
 
 EXP_COLUMNS = [
@@ -215,6 +243,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="follow states, progress and logs until the experiment ends",
     )
     x.add_argument("--paused", action="store_true", help="create it PAUSED (activate later)")
+    x.add_argument("--template", metavar="NAME", help="merge the config over this template")
+    x.add_argument(
+        "--config",
+        dest="config_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --config resources.slots_per_trial=2 (repeatable)",
+    )
+    x.add_argument(
+        "--test",
+        "--validate",
+        dest="test",
+        action="store_true",
+        help="validate the config locally and on the master without creating anything",
+    )
     x.set_defaults(func=create)
 
     x = s.add_parser("list", aliases=["ls"], help="list your experiments (--all: everyone's)")
@@ -244,6 +288,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("config", metavar="CONFIG", help="experiment config (YAML)")
     add_json_flag(x)
     x.set_defaults(func=preview_search)
+
+    from harness.cli.experiment_more import register_more
+
+    register_more(s)
 
     x = s.add_parser("logs", help="logs of the experiment's trials")
     x.add_argument("id", type=int, metavar="ID")

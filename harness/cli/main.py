@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from harness.api import APIError, DetError, MasterUnreachable, Unauthenticated
-from harness.cli import agent, checkpoint, experiment, job, trial, user
+from harness.cli import agent, checkpoint, experiment, job, template, trial, user
 from harness.cli._common import DEFAULT_MASTER, Cli, CliError
 
 
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="master URL (default: $DET_MASTER or %(default)s)",
     )
     sub = parser.add_subparsers(dest="noun", metavar="NOUN", required=True)
-    for noun in (experiment, trial, checkpoint, job, agent, user):
+    for noun in (experiment, trial, checkpoint, job, agent, user, template):
         noun.register(sub)
     return parser
 
@@ -39,10 +39,24 @@ def _message(err: Exception, master: str) -> str:
     return str(err)
 
 
+def hoist_master(argv: Sequence[str]) -> list[str]:
+    """Determined accepts `-m URL` after the noun too (`det experiment -m URL list`): move the
+    first -m/--master found after the noun to the front, where argparse expects it."""
+    args = list(argv)
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        if i > 0 and a in ("-m", "--master") and i + 1 < len(args):
+            return [a, args[i + 1], *args[:i], *args[i + 2 :]]
+        if i > 0 and a.startswith("--master="):
+            return [a, *args[:i], *args[i + 1 :]]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(hoist_master(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:  # usage errors (2) and --help (0)
         return int(e.code or 0) if not isinstance(e.code, str) else 2
     cli = Cli(master=args.master)

@@ -61,9 +61,22 @@ class CheckpointContext:
             self._storage = self._storage_factory()
         return self._storage
 
-    def _new_uuid(self) -> str:
+    def _new_uuid(self, shard: bool) -> str:
+        """A fresh uuid: the chief's alone (shard=False), or the chief's broadcast to all."""
+        if not shard:
+            self._chief_only()
+            return str(uuidlib.uuid4())
         new = str(uuidlib.uuid4()) if self._dist.rank == 0 else None
         return self._dist.broadcast(new) if self._dist.size > 1 else new  # type: ignore[return-value]
+
+    def _chief_only(self) -> None:
+        """Determined's rule: with shard=False only the chief uploads (no collective)."""
+        if self._dist.rank != 0:
+            raise RuntimeError(
+                f"upload()/store_path() with shard=False may only be called on the chief worker "
+                f"(rank 0), not on rank {self._dist.rank}: guard the call with "
+                "`if core_context.distributed.rank == 0`, or pass shard=True on every worker"
+            )
 
     def _finish(self, uuid: str, metadata: dict[str, Any], shard: bool) -> None:
         """Write metadata.json and register (chief only; sharded uploads sync first)."""
@@ -97,10 +110,14 @@ class CheckpointContext:
         shard: bool = False,
         selector: Selector | None = None,
     ) -> str:
-        """Store a local directory as a new checkpoint; returns its uuid (on every worker)."""
+        """Store a local directory as a new checkpoint; returns its uuid.
+
+        shard=False (the default): the chief alone calls it (a non-chief gets RuntimeError);
+        shard=True: every worker calls it with its own files, and all get the same uuid.
+        """
         _steps(metadata)
         assert metadata is not None
-        uuid = self._new_uuid()
+        uuid = self._new_uuid(shard)
         if self._dist.rank == 0 or shard:
             if ckpt_dir is None:
                 raise ValueError(
@@ -120,16 +137,15 @@ class CheckpointContext:
     def store_path(
         self, metadata: dict[str, Any] | None = None, *, shard: bool = False
     ) -> Iterator[tuple[Path, str]]:
-        """Yield `(path, uuid)` to write a checkpoint into; stored and registered on clean exit."""
+        """Yield `(path, uuid)` to write a checkpoint into; stored and registered on clean exit.
+
+        Chief only with shard=False (as in Determined); every worker with shard=True.
+        """
         _steps(metadata)
         assert metadata is not None
-        uuid = self._new_uuid()
-        if self._dist.rank == 0 or shard:
-            with self.storage.store_path(uuid) as path:
-                yield path, uuid
-        else:
-            with tempfile.TemporaryDirectory(prefix="det-ckpt-") as tmp:
-                yield Path(tmp), uuid  # non-chief, non-sharded: files are not kept
+        uuid = self._new_uuid(shard)
+        with self.storage.store_path(uuid) as path:
+            yield path, uuid
         self._finish(uuid, dict(metadata), shard)
 
     def download(

@@ -36,11 +36,24 @@ class DistributedContext:
         cross_rank: int = 0,
         cross_size: int = 1,
         chief_ip: str | None = None,
+        pub_port: int = 12360,
+        pull_port: int = 12376,
+        port_offset: int = 0,
+        force_tcp: bool = False,
         backend: _Backend | None = None,
         owns_process_group: bool = False,
     ) -> None:
         if size > 1 and backend is None:
-            raise ValueError("a DistributedContext with size > 1 needs a communication backend")
+            # Determined's standalone form (hand-written launchers): the chief hosts a store at
+            # chief_ip:pub_port+port_offset that every worker connects to.
+            if chief_ip is None:
+                raise ValueError(
+                    "a DistributedContext with size > 1 needs chief_ip (the chief worker's "
+                    "address, e.g. ClusterInfo.container_addrs[0]) or a backend"
+                )
+            from harness.core._store_backend import StoreBackend
+
+            backend = StoreBackend(rank, size, chief_ip, pub_port + port_offset)
         self.rank = rank
         self.size = size
         self.local_rank = local_rank

@@ -24,8 +24,15 @@ def main(argv: list[str] | None = None) -> int:
         prog="python3 -m harness.launch.torch_distributed", description=__doc__.split("\n\n")[1]
     )
     parser.add_argument("--nproc", "--nproc_per_node", type=int, default=None)
+    parser.add_argument(
+        "--trial", default=None, help="module:TrialClass (Determined's PyTorchTrial form)"
+    )
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="the command of each worker")
     args = parser.parse_args(argv)
+    if args.trial:
+        from harness.launch.__main__ import main as launch_trial
+
+        return launch_trial([args.trial, *(["--nproc", str(args.nproc)] if args.nproc else [])])
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         parser.error("a command to run is required, e.g. -- python3 train.py")

@@ -10,20 +10,30 @@
         def evaluate_batch(self, batch) -> dict: ...
 
 Experiment config: `entrypoint: model_def:MyTrial`. See `_controller` for the loop's rules.
+Or Determined 0.38's Trainer API in a script (`entrypoint: python3 train.py`): see `_trainer`.
 """
 
 from harness.pytorch._context import PyTorchTrialContext
 from harness.pytorch._controller import TrialResult, run_trial, to_batches
 from harness.pytorch._data import DataLoader
+from harness.pytorch._hooks import MetricReducer, PyTorchCallback
+from harness.pytorch._trainer import Batch, Epoch, Trainer, TrainUnit, init
 from harness.pytorch._trial import LRScheduler, PyTorchTrial, TorchData
 
 __all__ = [
+    "Batch",
     "DataLoader",
+    "Epoch",
+    "MetricReducer",
+    "PyTorchCallback",
+    "Trainer",
+    "TrainUnit",
     "LRScheduler",
     "PyTorchTrial",
     "PyTorchTrialContext",
     "TorchData",
     "TrialResult",
     "run_trial",
+    "init",
     "to_batches",
 ]

@@ -47,6 +47,7 @@ class PyTorchTrialContext:
         self.optimizers: list[torch.optim.Optimizer] = []
         self.lr_schedulers: list[LRScheduler] = []
         self._stop_requested = False
+        self.reducers: list[Any] = []  # harness.pytorch._hooks._Reducer
 
     # -- the core API and the trial ---------------------------------------------------------
     @property
@@ -110,6 +111,24 @@ class PyTorchTrialContext:
         self._stop_requested = bool(stop_requested)
 
     # -- wrappers -----------------------------------------------------------------------------
+    def wrap_reducer(
+        self,
+        reducer: Any,
+        name: str | None = None,
+        for_training: bool = True,
+        for_validation: bool = True,
+    ) -> Any:
+        """Register a `pytorch.MetricReducer` (validation metrics; see harness/pytorch/_hooks)."""
+        from harness.pytorch._hooks import MetricReducer, _Reducer
+
+        if not isinstance(reducer, MetricReducer):
+            raise TypeError(
+                "wrap_reducer takes a harness.pytorch.MetricReducer (Determined's "
+                f"pytorch.MetricReducer), not {type(reducer).__name__}"
+            )
+        self.reducers.append(_Reducer(reducer, name, for_training, for_validation))
+        return reducer
+
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """Move `model` to this worker's device; `DistributedDataParallel` with several workers."""
         model = model.to(self.device)

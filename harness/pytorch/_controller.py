@@ -162,6 +162,8 @@ class _Controller:
         trial_id: int | None,
         experiment_id: int | None,
         latest_checkpoint: str | None,
+        context: PyTorchTrialContext | None = None,
+        trial: PyTorchTrial | None = None,
     ) -> None:
         self.core = core
         self.dist: DistributedContext = core.distributed
@@ -172,16 +174,20 @@ class _Controller:
         self.batches = 0
         self.is_chief = self.dist.rank == 0
 
-        set_seeds(trial_seed)
-        self.context = PyTorchTrialContext(
-            core,
-            hparams=hparams,
-            config=config,
-            trial_id=trial_id,
-            experiment_id=experiment_id,
-            trial_seed=trial_seed,
-        )
-        self.trial = trial_class(self.context)
+        if context is None or trial is None:
+            set_seeds(trial_seed)
+            context = PyTorchTrialContext(
+                core,
+                hparams=hparams,
+                config=config,
+                trial_id=trial_id,
+                experiment_id=experiment_id,
+                trial_seed=trial_seed,
+            )
+            trial = build_trial(trial_class, context)
+        self.context = context
+        self.trial = trial
+        self.callbacks: list[Any] = list((trial.build_callbacks() or {}).values())
         rank, size = self.dist.rank, self.dist.size
         self.train_loader = adopt(
             self.trial.build_training_data_loader(),
@@ -233,13 +239,26 @@ class _Controller:
         )
 
     # -- the outer loop ---------------------------------------------------------------------
-    def run(self) -> TrialResult:
+    def _call(self, hook: str, *args: Any) -> None:
+        for cb in self.callbacks:
+            getattr(cb, hook)(*args)
+
+    def run(self, ops: Any = None) -> TrialResult:
+        """Train through `ops` (default: the searcher's operations)."""
         if self.latest_checkpoint:
             self._restore(self.latest_checkpoint)
         self._b_report = self.batches
+        self._call("on_trial_startup", self.batches, self.latest_checkpoint)
+        self._call("on_training_start")
+        try:
+            return self._run(self.core.searcher.operations() if ops is None else ops)
+        finally:
+            self._call("on_trial_shutdown")
+
+    def _run(self, ops: Any) -> TrialResult:
         if self.config.get("perform_initial_validation") and self.batches == 0:
             self._validate()
-        for op in self.core.searcher.operations():
+        for op in ops:
             target = self._batches(op.length, self.unit)
             assert target is not None
             stop = self._train_to(target, op)
@@ -293,6 +312,8 @@ class _Controller:
                 it = self.train_loader.epoch(epoch, offset)
                 it_epoch = epoch
                 context._epoch_start = offset == 0
+                if offset == 0:
+                    self._call("on_training_epoch_start", epoch)
             boundary = min(target, (epoch + 1) * epoch_len)
             for every in (self.report_every, self.val_every, self.ckpt_every, self.preempt_every):
                 if every:
@@ -330,6 +351,7 @@ class _Controller:
             context._epoch_start = False
             self.batches = batch_idx
             if batch_idx % epoch_len == 0:
+                self._call("on_training_epoch_end", batch_idx // epoch_len - 1)
                 for s in epoch_scheds:
                     if (batch_idx // epoch_len) % s.frequency == 0:
                         s.step()
@@ -367,10 +389,12 @@ class _Controller:
             values = merged
         n = self.batches - self._b_report
         if not self.is_chief or not values and n == 0:
+            self._call("on_training_workload_end", {}, {})
             self._mark_report()
             return
         metrics = {k: math.fsum(v) / len(v) for k, v in sorted(values.items()) if v}
         self.core.train.report_training_metrics(self.batches, metrics)
+        self._call("on_training_workload_end", metrics, {})
         self.result.training.append((self.batches, metrics))
         op.report_progress(op.length * min(self.batches / max(target, 1), 1.0))
         elapsed = time.monotonic() - self._t_report
@@ -388,6 +412,11 @@ class _Controller:
         if self.last_validation is not None and self.last_validation[0] == self.batches:
             return self.last_validation[1]
         t0 = time.monotonic()
+        self._call("on_validation_start")
+        self._call("on_validation_epoch_start")
+        reducers = [r for r in self.context.reducers if r.for_validation]
+        for r in reducers:
+            r.reset()
         models = self.context.models
         for m in models:
             m.eval()
@@ -424,6 +453,12 @@ class _Controller:
             all_sums = _merge_lists(all_sums, s)
             all_weights = _merge_lists(all_weights, w)
         metrics = {k: math.fsum(v) / math.fsum(all_weights[k]) for k, v in sorted(all_sums.items())}
+        for r in reducers:
+            own = r.reducer.per_slot_reduce()
+            slots = self.dist.allgather(own) if self.dist.size > 1 else [own]
+            r.merge_into(metrics, slots, self.is_chief)
+        if reducers and self.dist.size > 1:
+            metrics = self.dist.broadcast(metrics)
         self.last_validation = (self.batches, metrics)
         if self.is_chief:
             self.core.train.report_validation_metrics(self.batches, metrics)
@@ -432,6 +467,8 @@ class _Controller:
             logger.info(
                 "validation at batch %d (%.2f s): %s", self.batches, time.monotonic() - t0, shown
             )
+        self._call("on_validation_end", metrics)
+        self._call("on_validation_epoch_end", [])
         return metrics
 
     # -- checkpoints ------------------------------------------------------------------------
@@ -453,6 +490,9 @@ class _Controller:
             "epoch": self.batches // self.epoch_len,
             "trial_id": self.context.get_trial_id(),
         }
+        if not self.is_chief:  # shard=False: the chief alone stores (Determined's rule)
+            self.last_checkpoint_at = self.batches
+            return
         with self.core.checkpoint.store_path(metadata) as (path, uuid):
             if self.is_chief:
                 assert per_rank is not None
@@ -470,12 +510,16 @@ class _Controller:
                 }
                 if hasattr(self.trial, "state_dict"):
                     state["trial"] = self.trial.state_dict()
+                if self.callbacks:
+                    state["callbacks"] = [cb.state_dict() for cb in self.callbacks]
+                self._call("on_checkpoint_save_start", state)
                 torch.save(state, Path(path) / STATE_FILE)
                 (Path(path) / "load_data.json").write_text(
                     json.dumps({"trial_type": "PyTorchTrial", "batches_trained": self.batches})
                 )
         self.last_checkpoint_at = self.batches
         if self.is_chief:
+            self._call("on_checkpoint_upload_end", uuid)
             self.result.checkpoints.append(uuid)
             logger.info("checkpoint %s at batch %d", uuid, self.batches)
 
@@ -486,6 +530,9 @@ class _Controller:
             )
         if state.get("format") != FORMAT:
             raise RuntimeError(f"checkpoint {uuid} is not a {FORMAT} checkpoint")
+        self._call("on_checkpoint_load_start", state)
+        for cb, sd in zip(self.callbacks, state.get("callbacks") or [], strict=False):
+            cb.load_state_dict(sd)
         ctx = self.context
         for what, have, saved in (
             ("models", ctx.models, state["models"]),
@@ -528,6 +575,19 @@ class _Controller:
         self.last_validation = (int(lv[0]), dict(lv[1])) if lv else None
         self.last_checkpoint_at = self.batches
         logger.info("resumed from checkpoint %s at batch %d", uuid, self.batches)
+
+
+def build_trial(trial_class: type[PyTorchTrial], context: PyTorchTrialContext) -> PyTorchTrial:
+    """`trial_class(context)`, or `trial_class(context, hparams)` when its __init__ takes them
+    (Determined 0.38's Trainer tutorial form)."""
+    params = [
+        p
+        for p in list(inspect.signature(trial_class.__init__).parameters.values())[1:]
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    if len(params) >= 2:
+        return trial_class(context, context.get_hparams())  # type: ignore[call-arg]
+    return trial_class(context)
 
 
 def run_trial(

@@ -33,8 +33,14 @@ class PyTorchTrial:
 
     trial_context_class: type | None = None  # Determined compatibility
 
-    def __init__(self, context: PyTorchTrialContext) -> None:
+    def __init__(self, context: PyTorchTrialContext, hparams: dict[str, Any] | None = None) -> None:
+        # Determined 0.38's Trainer tutorial writes `__init__(self, context, hparams)`.
         self.context = context
+        self.hparams = context.get_hparams() if hparams is None else hparams
+
+    def build_callbacks(self) -> dict[str, Any]:
+        """Name -> `pytorch.PyTorchCallback` the loop calls (none by default)."""
+        return {}
 
     def build_training_data_loader(self) -> DataLoader | torch.utils.data.DataLoader:
         raise NotImplementedError("PyTorchTrial subclasses must define build_training_data_loader")

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from flask import Flask
 
-from master.api import agents, allocations, auth, checkpoints, experiments, job_queue, trials
+from master.api import (
+    agents,
+    allocations,
+    auth,
+    checkpoints,
+    experiments,
+    job_queue,
+    templates,
+    trials,
+)
 
 
 def register_api(app: Flask) -> None:
-    for module in (auth, experiments, trials, checkpoints, agents, allocations, job_queue):
+    modules = (auth, experiments, trials, checkpoints, agents, allocations, job_queue, templates)
+    for module in modules:
         app.register_blueprint(module.bp, url_prefix="/api/v1")

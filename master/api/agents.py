@@ -33,7 +33,9 @@ def poll(agent_id: str):  # type: ignore[no-untyped-def]
     require_agent()
     _check_id(agent_id)
     payload = svc.parse_poll(request.get_json(silent=True))
-    return jsonify(svc.handle_poll(agent_id, payload).to_json())
+    # Where trials of this agent are reached (ClusterInfo.container_addrs).
+    reply = svc.handle_poll(agent_id, payload, remote_addr=request.remote_addr)
+    return jsonify(reply.to_json())
 
 
 @bp.post("/agents/<agent_id>/logs")

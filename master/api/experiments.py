@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
-from master.api._util import bool_arg, int_arg
+from master.api._util import bool_arg, int_arg, json_body
 from master.auth import principal, require_user
 from master.errors import BadRequest, Forbidden, NotFound
 from master.models import Experiment
@@ -31,12 +31,17 @@ def create():  # type: ignore[no-untyped-def]
         model_def = upload.read() if upload else None
     if not isinstance(config_text, str):
         raise BadRequest("the 'config' field (experiment YAML) is required", path="config")
+    template = request.args.get("template") or None
+    warnings = svc.config_warnings(config_text, template)
+    if bool_arg("validate_only", False):  # `det experiment create --test`: nothing is stored
+        config = svc.parse_config(config_text, template)
+        return jsonify({"config": config, "warnings": warnings})
     assert p.user_id is not None
     exp = svc.create_experiment(
-        p.user_id, config_text, model_def, activate=bool_arg("activate", True)
+        p.user_id, config_text, model_def, activate=bool_arg("activate", True), template=template
     )
     request_schedule()
-    return jsonify({"experiment": svc.experiment_json(exp)}), 201
+    return jsonify({"experiment": svc.experiment_json(exp), "warnings": warnings}), 201
 
 
 @bp.post("/experiments/preview")
@@ -101,6 +106,16 @@ def _may_steer(exp: Experiment) -> None:
             f"experiment {exp.id} belongs to {exp.owner.username}; "
             "only its owner or an admin may change it"
         )
+
+
+@bp.patch("/experiments/<int:exp_id>")
+def patch(exp_id: int):  # type: ignore[no-untyped-def]
+    from master.services.experiment_edits import patch_experiment
+
+    _may_steer(svc.get_experiment(exp_id))
+    exp = patch_experiment(exp_id, json_body())
+    request_schedule()
+    return jsonify({"experiment": svc.experiment_json(exp)})
 
 
 @bp.post("/experiments/<int:exp_id>/<action>")

@@ -1,5 +1,6 @@
 """The experiment config: one schema for the master and the `det` CLI (stdlib + PyYAML only)."""
 
+from master.expconf._determined import warnings_for
 from master.expconf._errors import ConfigError
 from master.expconf._lengths import UNITS, length_unit, max_length_value
 from master.expconf._schema import validate_experiment_config
@@ -14,4 +15,5 @@ __all__ = [
     "load_yaml",
     "max_length_value",
     "validate_experiment_config",
+    "warnings_for",
 ]

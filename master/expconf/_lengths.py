@@ -48,12 +48,24 @@ def length_unit(config: dict) -> str:
     return "batches"
 
 
+# The length a searcher operation asks for when the config names no max_length (single, grid
+# and random in Determined 0.38 style, where the script decides how long it trains). Scripts
+# that still iterate `core.searcher.operations()` train this many batches.
+DEFAULT_OPERATION_LENGTH = 100
+
+
 def max_length_value(config: dict) -> int:
-    """How far one trial trains at most, in `length_unit` (`max_time` for time-based searches)."""
+    """How far one trial trains at most, in `length_unit` (`max_time` for time-based searches).
+
+    Without max_length or max_time (allowed for single, grid and random), the searcher's
+    operations ask for DEFAULT_OPERATION_LENGTH batches.
+    """
     searcher = config["searcher"]
     max_length = searcher.get("max_length")
     if max_length:
         return int(next(iter(max_length.values())))
     if searcher.get("max_time") is not None:
         return int(searcher["max_time"])
+    if searcher.get("name") in ("single", "grid", "random"):
+        return DEFAULT_OPERATION_LENGTH
     raise ConfigError("searcher.max_length", "required")

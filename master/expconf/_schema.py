@@ -21,6 +21,7 @@ from master.expconf._check import (
     item,
     mapping,
 )
+from master.expconf._determined import strip_unhonoured
 from master.expconf._errors import ConfigError
 from master.expconf._hparams import check_grid, normalize_hyperparameters
 from master.expconf._lengths import parse_length
@@ -79,7 +80,8 @@ def validate_experiment_config(raw: Any, defaults: dict | None = None) -> dict:
         raise ConfigError("the experiment config is empty")
     if not isinstance(raw, Mapping):
         raise ConfigError(f"expected a mapping at the top level, got {describe(raw)}")
-    user = mapping(raw, "", TOP_LEVEL_KEYS)
+    # Determined 0.38 keys detlab does not act on are accepted (`warnings_for` names them).
+    user = mapping(strip_unhonoured(raw), "", TOP_LEVEL_KEYS)
     merged = _merge(user, defaults) if defaults else user
     return _expand(merged, require_storage=defaults is not None)
 

@@ -119,7 +119,10 @@ def _check_length_or_time(out: dict[str, Any]) -> None:
         raise ConfigError(
             "searcher.max_length", "cannot be combined with searcher.time_metric/max_time"
         )
-    if not has_time and out["max_length"] is None:
+    if not has_time and out["max_length"] is None and out["name"] == "adaptive_asha":
+        # Determined 0.38: single, grid and random need no max_length (the script decides how
+        # long it trains); ASHA needs it (or max_time) for its rungs.
         raise ConfigError(
-            "searcher.max_length", "required (a mapping like {batches: N}) unless max_time is set"
+            "searcher.max_length",
+            "required for adaptive_asha (a mapping like {batches: N}) unless max_time is set",
         )

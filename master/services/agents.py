@@ -60,7 +60,9 @@ def parse_poll(body: Any) -> PollRequest:
         raise BadRequest(str(e), path=e.path) from None
 
 
-def _sync_agent(agent_id: str, payload: PollRequest) -> tuple[Agent, bool]:
+def _sync_agent(
+    agent_id: str, payload: PollRequest, remote_addr: str | None = None
+) -> tuple[Agent, bool]:
     """Upsert the agent and its slots; True when capacity changed (run the scheduler)."""
     agent = db.session.get(Agent, agent_id)
     changed = False
@@ -84,6 +86,8 @@ def _sync_agent(agent_id: str, payload: PollRequest) -> tuple[Agent, bool]:
         agent.resource_pool = pool
         changed = True
     agent.hostname = payload.hostname or agent.hostname
+    if remote_addr:
+        agent.address = remote_addr[:256]
     agent.runtime = payload.runtime or agent.runtime
     agent.version = payload.version or agent.version
     agent.last_seen = utcnow()
@@ -134,7 +138,7 @@ def _heartbeat(agent_id: str, payload: PollRequest) -> bool:
     return True
 
 
-def handle_poll(agent_id: str, payload: PollRequest) -> PollReply:
+def handle_poll(agent_id: str, payload: PollRequest, remote_addr: str | None = None) -> PollReply:
     cfg = current_app.config["DET"]
     wait = min(payload.wait, MAX_WAIT, cfg.agent_timeout / 2)
     deadline = time.monotonic() + max(wait, 0.0)
@@ -143,7 +147,7 @@ def handle_poll(agent_id: str, payload: PollRequest) -> PollReply:
     if not idle:
         heartbeats.forget(agent_id)
         with state_lock():
-            _agent, changed = _sync_agent(agent_id, payload)
+            _agent, changed = _sync_agent(agent_id, payload, remote_addr)
             db.session.flush()
             freed = _reconcile_reports(agent_id, reported)
             db.session.commit()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from typing import Any
 
 from flask import current_app
 from sqlalchemy import func, inspect, select
@@ -12,7 +13,7 @@ from sqlalchemy.orm import selectinload
 from master.context import state_lock
 from master.db import db
 from master.errors import BadRequest, NotFound, TooLarge
-from master.expconf import ConfigError, load_yaml, validate_experiment_config
+from master.expconf import ConfigError, load_yaml, validate_experiment_config, warnings_for
 from master.models import Allocation, Experiment, Trial, User
 from master.notify import agent_key, hub
 from master.searcher.model import unavailable as model_unavailable
@@ -37,9 +38,24 @@ def get_experiment(exp_id: int) -> Experiment:
     return exp
 
 
-def parse_config(config_text: str) -> dict:
-    cfg = current_app.config["DET"]
+def config_warnings(config_text: str, template: str | None = None) -> list[str]:
+    """The Determined keys this config sets that detlab accepts without honouring."""
+    return warnings_for(_raw_config(config_text, template))
+
+
+def _raw_config(config_text: str, template: str | None) -> Any:
     raw = load_yaml(config_text)
+    if template:
+        from master.services.templates import apply_template
+
+        raw, _ = apply_template(template, raw)
+    return raw
+
+
+def parse_config(config_text: str, template: str | None = None) -> dict:
+    """Validate (merged over `template`, when named) and expand the config."""
+    cfg = current_app.config["DET"]
+    raw = _raw_config(config_text, template)
     defaults = {"checkpoint_storage": cfg.default_checkpoint_storage()}
     config = validate_experiment_config(raw, defaults=defaults)
     pool = config["resources"]["resource_pool"]
@@ -55,7 +71,11 @@ def parse_config(config_text: str) -> dict:
 
 
 def create_experiment(
-    owner_id: int, config_text: str, model_def: bytes | None, activate: bool = True
+    owner_id: int,
+    config_text: str,
+    model_def: bytes | None,
+    activate: bool = True,
+    template: str | None = None,
 ) -> Experiment:
     limit = current_app.config["DET"].max_model_def_bytes
     if model_def is not None and len(model_def) > limit:
@@ -65,7 +85,7 @@ def create_experiment(
         )
     if not config_text or not config_text.strip():
         raise BadRequest("the experiment config is empty", path="")
-    config = parse_config(config_text)
+    config = parse_config(config_text, template)
     seed = config.get("reproducibility", {}).get("experiment_seed")
     if seed is None:
         seed = random.SystemRandom().randint(0, 2**31 - 1)
@@ -252,6 +272,7 @@ def experiment_json(exp: Experiment) -> dict:
         "num_trials": _num_trials(exp),
         "best_trial_id": exp.best_trial_id,
         "best_validation": exp.best_validation,
+        "labels": exp.labels if exp.labels is not None else exp.config.get("labels", []),
         "searcher_metric": searcher.get("metric"),
         "smaller_is_better": searcher.get("smaller_is_better", True),
         "resource_pool": exp.resource_pool,

@@ -8,7 +8,7 @@ import re
 from detlab.protocol import StartSpec
 from master.auth import new_token
 from master.db import db
-from master.models import Allocation, Trial
+from master.models import Agent, Allocation, Trial
 from master.services.allocations import containers_of
 
 # A Trial class entrypoint (`model_def:MyTrial`) runs through the harness's launcher.
@@ -19,6 +19,19 @@ def command_for(entrypoint: str) -> str:
     if TRIAL_CLASS.match(entrypoint.strip()):
         return f"python3 -m harness.launch {entrypoint.strip()}"
     return entrypoint
+
+
+def container_addrs(containers: dict[str, dict], agent_id: str) -> list[str]:
+    """The address of each container of the allocation, in container-rank order (Determined's
+    `ClusterInfo.container_addrs`): the address its agent polls the master from."""
+    ranked = sorted(containers.items(), key=lambda kv: int(kv[1].get("rank", 0))) or [
+        (agent_id, {})
+    ]
+    out = []
+    for aid, _ in ranked:
+        agent = db.session.get(Agent, aid)
+        out.append((agent.address or agent.hostname or "") if agent else "")
+    return out
 
 
 def start_spec(alloc: Allocation, agent_id: str) -> StartSpec:
@@ -43,7 +56,7 @@ def start_spec(alloc: Allocation, agent_id: str) -> StartSpec:
         "DET_SLOT_IDS": json.dumps(list(mine["slots"])),
         "DET_CONTAINER_RANK": str(mine["rank"]),
         "DET_NUM_CONTAINERS": str(len(containers)),
-        "DET_CONTAINER_ADDRS": json.dumps([]),
+        "DET_CONTAINER_ADDRS": json.dumps(container_addrs(containers, agent_id)),
         "DET_EXPERIMENT_CONFIG": json.dumps(config),
     }
     return StartSpec(

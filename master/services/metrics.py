@@ -132,12 +132,36 @@ def ingest(trial: Trial, reports: Any, batch_id: str | None = None) -> int:
     if latest_val is not None:
         trial.latest_validation = {"steps_completed": latest_val[0], **latest_val[1]}
     db.session.commit()
+    if latest_val is not None and trial.searcher_completed == 0:
+        _best_from_validations(trial, rows)
     if latest_val is not None and trial.experiment.config.get("searcher", {}).get("time_metric"):
         # After the commit: taking the state lock while holding the trial's row lock could
         # deadlock with a transition that holds the lock and waits for the row.
         _to_searcher(trial, rows)
         db.session.commit()
     return len(rows)
+
+
+def _best_from_validations(trial: Trial, rows: list[dict[str, Any]]) -> None:
+    """Determined 0.38: while a script reports no operation completion, the searcher metric of
+    its validations is the trial's (and the experiment's) best validation."""
+    from master.context import state_lock
+    from master.services.trials import record_searcher_metric
+
+    name = trial.experiment.config.get("searcher", {}).get("metric")
+    values = [
+        v
+        for r in rows
+        if r["group"] == "validation" and (v := _number(r["metrics"].get(name))) is not None
+    ]
+    if not values:
+        return
+    with state_lock():
+        db.session.refresh(trial)
+        db.session.refresh(trial.experiment)
+        for v in values:
+            record_searcher_metric(trial.experiment, trial, v)
+        db.session.commit()
 
 
 def _to_searcher(trial: Trial, rows: list[dict[str, Any]]) -> None:

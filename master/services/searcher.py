@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from sqlalchemy import select
@@ -114,6 +115,35 @@ def searcher_exited_early(exp: Experiment, trial: Trial, reason: ExitedReason) -
 def searcher_trial_closed(exp: Experiment, trial: Trial) -> None:
     method = load_searcher(exp)
     apply_operations(exp, method, method.on_trial_closed(trial.request_id))
+
+
+def searcher_trial_exited_ok(exp: Experiment, trial: Trial) -> None:
+    """A trial (already COMPLETED) exited 0 without finishing its searcher operation.
+
+    Determined 0.38: the searcher metric then comes from the trial's reported validations (the
+    latest one carrying the metric, else its best); a trial that reported none counts as the
+    worst result, so the search goes on and still ends COMPLETED.
+    """
+    method = load_searcher(exp)
+    ops: list[Operation] = []
+    if trial.searcher_completed < trial.searcher_target:
+        searcher = exp.config.get("searcher", {})
+        metric = validation_metric(exp, trial)
+        if metric is None:
+            metric = math.inf if searcher.get("smaller_is_better", True) else -math.inf
+        ops.extend(method.on_validation_completed(trial.request_id, metric, trial.searcher_target))
+        trial.searcher_completed = trial.searcher_target
+    ops.extend(method.on_trial_closed(trial.request_id))
+    apply_operations(exp, method, ops)
+
+
+def validation_metric(exp: Experiment, trial: Trial) -> float | None:
+    """The searcher metric of the trial's latest validation, else its best one."""
+    name = exp.config.get("searcher", {}).get("metric")
+    latest = (trial.latest_validation or {}).get(name) if name else None
+    if isinstance(latest, int | float) and not isinstance(latest, bool) and math.isfinite(latest):
+        return float(latest)
+    return trial.best_validation
 
 
 def update_progress(exp: Experiment) -> None:

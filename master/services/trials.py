@@ -24,6 +24,7 @@ from master.services.searcher import (
     load_searcher,
     searcher_exited_early,
     searcher_trial_closed,
+    searcher_trial_exited_ok,
     update_progress,
 )
 from master.services.transitions import set_allocation_state, set_trial_state
@@ -64,7 +65,7 @@ def complete_operation(trial_id: int, length: int, metric: Any) -> None:
         trial.searcher_completed = length
         smaller = exp.config.get("searcher", {}).get("smaller_is_better", True)
         if math.isfinite(metric):
-            _record_searcher_metric(exp, trial, metric)
+            record_searcher_metric(exp, trial, metric)
         else:  # NaN or infinite: the worst possible result, never the best
             metric = math.inf if smaller else -math.inf
         if trial.state == State.ACTIVE or trial.state in (State.PAUSED, State.STOPPING_COMPLETED):
@@ -90,7 +91,7 @@ def _as_float(metric: Any) -> float:
     return float(metric)
 
 
-def _record_searcher_metric(exp: Experiment, trial: Trial, metric: float) -> None:
+def record_searcher_metric(exp: Experiment, trial: Trial, metric: float) -> None:
     smaller = exp.config.get("searcher", {}).get("smaller_is_better", True)
 
     def better(a: float, b: float | None) -> bool:
@@ -184,16 +185,12 @@ def _apply_outcome(
     describe = _describe(facts.exit_code, facts.error)
     if outcome in (Outcome.RESTART, Outcome.FAILED):
         trial.restarts += 1
-        if facts.ok:
-            describe = (
-                f"exited with code 0 after training to {trial.searcher_completed} of the "
-                f"{trial.searcher_target} the searcher asked for"
-            )
     line = {
         Outcome.STOPPED: f"trial stopped ({describe})",
         Outcome.PAUSED: f"trial paused ({describe})",
         Outcome.INVALID_HP: "trial exited early: invalid hyperparameters",
         Outcome.COMPLETED: "trial completed",
+        Outcome.EXITED_OK: "trial completed (the process exited 0)",
         Outcome.WAIT_FOR_SEARCHER: "trial is waiting for the searcher",
         Outcome.PREEMPTED: "trial preempted; it will resume from its checkpoint",
         Outcome.REQUEUE: f"{facts.error or describe}; the trial will resume elsewhere",
@@ -219,6 +216,8 @@ def _apply_outcome(
         searcher_exited_early(exp, trial, ExitedReason.INVALID_HP)
     elif outcome == Outcome.COMPLETED:
         searcher_trial_closed(exp, trial)
+    elif outcome == Outcome.EXITED_OK:
+        searcher_trial_exited_ok(exp, trial)
     elif outcome == Outcome.KILLED:
         searcher_exited_early(exp, trial, ExitedReason.USER_CANCELED)
     elif outcome == Outcome.FAILED:

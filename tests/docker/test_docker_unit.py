@@ -87,7 +87,7 @@ def test_cpu_container_spec(tmp_path: Path) -> None:
     assert env["A"] == "1" and env["DET_TRIAL_ID"] == "7"  # the master's DET_* win
     assert env["DET_MASTER"] == "http://127.0.0.1:8080" and env["DET_AGENT_ID"] == "a1"
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["NVIDIA_VISIBLE_DEVICES"] == "void"
-    assert env["PYTHONPATH"] == f"{LIB_DIR}:{WORKDIR}:/opt/img"
+    assert env["PYTHONPATH"] == f"{LIB_DIR}:{WORKDIR}:{LIB_DIR}/harness/_alias:/opt/img"
     assert "device_requests" not in kw
     assert kw["labels"]["ai.detlab.allocation"] == "alloc-1"
     assert kw["labels"]["ai.detlab.trial"] == "7" and kw["labels"]["ai.detlab.agent"] == "a1"

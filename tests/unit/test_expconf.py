@@ -366,8 +366,18 @@ def test_max_length_units(unit: str) -> None:
     assert (length_unit(c), max_length_value(c)) == (unit, 3)
 
 
-def test_max_length_required() -> None:
-    expect(base(searcher=searcher(max_length=None)), "searcher.max_length", "required")
+def test_max_length_required_for_asha_only() -> None:
+    asha = searcher(name="adaptive_asha", max_trials=4, max_length=None)
+    expect(base(searcher=asha), "searcher.max_length", "required for adaptive_asha")
+
+
+@pytest.mark.parametrize("name", ["single", "grid", "random"])
+def test_max_length_optional_for_single_grid_random(name: str) -> None:
+    # Determined 0.38: the script decides how long it trains; operations get a default length.
+    extra = {"max_trials": 2} if name == "random" else {}
+    c = validate_experiment_config(base(searcher=searcher(name=name, max_length=None, **extra)))
+    assert c["searcher"]["max_length"] is None
+    assert (length_unit(c), max_length_value(c)) == ("batches", 100)
 
 
 @pytest.mark.parametrize(

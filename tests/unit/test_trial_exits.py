@@ -65,8 +65,9 @@ BASE = ExitFacts(
         ({"exit_code": 1, "max_restarts": 0}, Outcome.FAILED, State.ERROR),
         # No restart can pull an image that does not exist.
         ({"exit_code": 1, "cause": ExitCause.IMAGE_PULL_FAILED}, Outcome.FAILED, State.ERROR),
-        # A clean exit before the searcher's length is a failure in this (pre-0.38) rule set.
-        ({}, Outcome.RESTART, None),
+        # Determined 0.38: a clean exit completes the trial, searcher operations or not.
+        ({}, Outcome.EXITED_OK, State.COMPLETED),
+        ({"restarts": 5}, Outcome.EXITED_OK, State.COMPLETED),
     ],
 )
 def test_decide(changes: dict, outcome: Outcome, state: State | None) -> None:
@@ -90,6 +91,7 @@ def test_every_outcome_is_reachable() -> None:
             {"kill_requested": True, "exit_code": 1},
             {"exit_code": 1},
             {"exit_code": 1, "max_restarts": 0},
+            {},
         )
     }
     assert seen == set(Outcome)

@@ -82,7 +82,8 @@ class ContainerBuilder:
             (e.partition("=")[2] for e in image_env or [] if e.startswith("PYTHONPATH=")), ""
         )
         extra = [p for p in (env.get("PYTHONPATH", "") or image_pp).split(":") if p]
-        env["PYTHONPATH"] = ":".join([LIB_DIR, WORKDIR, *extra])
+        # harness/_alias: the trial-only `determined` alias (Determined scripts run unchanged).
+        env["PYTHONPATH"] = ":".join([LIB_DIR, WORKDIR, f"{LIB_DIR}/harness/_alias", *extra])
         return env
 
     def build_mounts(self, spec: dict[str, Any]) -> list[Any]:

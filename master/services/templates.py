@@ -1,0 +1,85 @@
+"""Configuration templates: named config fragments merged under experiment configs at submit."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sqlalchemy import select
+
+from master.db import db, iso, utcnow
+from master.errors import BadRequest, NotFound
+from master.expconf import ConfigError, load_yaml
+from master.expconf._merge import merge_with_sources
+from master.models import ConfigTemplate
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
+
+
+def _check_name(name: str) -> None:
+    if not _NAME.match(name or ""):
+        raise BadRequest(
+            "a template name uses letters, digits, '.', '_' and '-' (at most 256)", path="name"
+        )
+
+
+def parse_template(config: Any) -> dict[str, Any]:
+    """A template body: YAML text or a mapping; checked to be a mapping (validated on use)."""
+    if isinstance(config, str):
+        try:
+            config = load_yaml(config)
+        except ConfigError as e:
+            raise BadRequest(f"the template is not valid YAML: {e.message}", path="config") from e
+    if not isinstance(config, dict):
+        raise BadRequest("a template must be a mapping of experiment-config keys", path="config")
+    return config
+
+
+def template_json(t: ConfigTemplate) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "config": t.config,
+        "created_at": iso(t.created_at),
+        "updated_at": iso(t.updated_at),
+    }
+
+
+def list_templates() -> list[ConfigTemplate]:
+    return list(db.session.execute(select(ConfigTemplate).order_by(ConfigTemplate.name)).scalars())
+
+
+def get_template(name: str) -> ConfigTemplate:
+    t = db.session.get(ConfigTemplate, name)
+    if t is None:
+        raise NotFound(f"template {name!r} not found")
+    return t
+
+
+def set_template(name: str, config: Any) -> tuple[ConfigTemplate, bool]:
+    """Create or replace; True when it was created."""
+    _check_name(name)
+    body = parse_template(config)
+    t = db.session.get(ConfigTemplate, name)
+    created = t is None
+    if t is None:
+        t = ConfigTemplate(name=name, config=body, created_at=utcnow(), updated_at=utcnow())
+        db.session.add(t)
+    else:
+        t.config = body
+        t.updated_at = utcnow()
+    db.session.commit()
+    return t, created
+
+
+def remove_template(name: str) -> None:
+    db.session.delete(get_template(name))
+    db.session.commit()
+
+
+def apply_template(name: str, raw: Any, config_name: str = "config") -> tuple[Any, dict[str, str]]:
+    """The experiment config `raw` merged over template `name` (Determined's rules), with the
+    source of every key."""
+    t = get_template(name)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"expected a mapping at the top level, got {type(raw).__name__}")
+    return merge_with_sources(t.config, raw, f"template {name}", config_name)
