@@ -10,3 +10,8 @@ from master.api import agents, allocations, auth, checkpoints, experiments, jobs
 def register_api(app: Flask) -> None:
     for module in (auth, experiments, trials, checkpoints, agents, allocations, jobs):
         app.register_blueprint(module.bp, url_prefix="/api/v1")
+    from master.ckpt import api as checkpoint_gc
+    from master.registry import api as registry
+
+    app.register_blueprint(checkpoint_gc.bp, url_prefix="/api/v1")
+    app.register_blueprint(registry.bp, url_prefix="/api/v1")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.api.conftest import app, client  # noqa: F401 - the in-process master fixtures
 from tests.checkpoints.servers import (
     S3_KEY,
     S3_SECRET,
