@@ -94,6 +94,7 @@ def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
 def describe(cli: Cli, args: argparse.Namespace) -> int:
     detail = cli.client().describe_experiment(args.id)
     if args.json:
+        detail["checkpoints"] = cli.client().checkpoint_usage(args.id)
         print_json(cli, detail)
         return 0
     exp = detail["experiment"]
@@ -123,6 +124,9 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
             ("Ended", "ended_at"),
         ],
     )
+    from harness.cli.experiment_gc import describe_checkpoints
+
+    describe_checkpoints(cli, args.id)
     cli.out.write("\n")
     lengths = _rung_lengths(detail["experiment"].get("config") or {})
     trials = [
@@ -261,3 +265,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("id", type=int, metavar="ID")
     x.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
     x.set_defaults(func=logs)
+
+    from harness.cli import experiment_gc
+
+    experiment_gc.add_commands(s)  # set gc-policy, gc-preview, delete
