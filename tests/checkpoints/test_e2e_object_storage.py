@@ -58,8 +58,12 @@ def _kept_by_default_policy(cluster: Cluster, exp_id: int, larger_is_better: boo
 
 
 def test_digits_trial_checkpoints_pause_resume_on_another_agent_and_gc(
-    cluster_factory, object_storage: dict[str, Any]
+    cluster_factory, object_storage: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
+    if object_storage["type"] == "s3":
+        # This machine's own credentials (boto3's default chain) for the direct download.
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "cli-key")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "cli-secret")
     cluster = cluster_factory(master_yaml=MASTER_YAML)
     cluster.start_agent("agent-1", slots=1)
     config = yaml.safe_load((DIGITS / "const.yaml").read_text())
