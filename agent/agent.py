@@ -199,6 +199,12 @@ class Agent:
                 kind = action.get("type")
                 if kind == "start":
                     self._start(action["spec"])
+                elif kind == "delete_checkpoint":
+                    from agent.ckpt_gc import delete_checkpoint
+
+                    threading.Thread(
+                        target=delete_checkpoint, args=(self.client, action), daemon=True
+                    ).start()
                 elif kind == "kill":
                     aid = str(action["allocation_id"])
                     if any(a["id"] == aid and a["state"] != EXITED for a in self.runtime.states()):

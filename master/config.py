@@ -49,6 +49,8 @@ class MasterConfig:
     token_ttl_hours: float = 24 * 7
     # How often the checkpoint GC job applies every experiment's policy and deletes due files.
     checkpoint_gc_interval: float = 5.0
+    # The master cannot reach checkpoint storage: agents delete checkpoints for it.
+    checkpoint_gc_via_agents: bool = False
 
     @property
     def db_url(self) -> str:

@@ -93,10 +93,11 @@ def delete_experiment(exp_id: int):  # type: ignore[no-untyped-def]
 @bp.post("/checkpoints/<uuid>/deleted")
 def agent_deleted(uuid: str):  # type: ignore[no-untyped-def]
     """An agent reports the outcome of a deletion it was handed: `{"error": null | "..."}`."""
-    if principal().kind != "agent":
+    p = principal()
+    if p.kind != "agent":
         raise Forbidden("only agents report checkpoint deletions")
     error = json_body().get("error")
     if error is not None and not isinstance(error, str):
         raise BadRequest("error must be a string or null", path="error")
-    c = gc.agent_result(uuid, error)
+    c = gc.agent_result(uuid, error, request.headers.get("X-Agent-Id") or "unknown")
     return jsonify({"uuid": c.uuid, "state": c.state})

@@ -54,32 +54,41 @@ def delete_experiment(exp: Experiment) -> dict[str, Any]:
         f"experiment {exp.id} deleted",
     )
     db.session.commit()
+    waiting = [c.uuid for c in doomed if state_of(c) != CheckpointState.DELETED]
+    if waiting and not gc.master_reaches(storage):
+        raise Conflict(
+            f"experiment {exp.id}: agents are deleting its {len(waiting)} checkpoint(s) (the "
+            "master cannot reach their storage); delete the experiment again once they are done"
+        )
     failed: dict[str, str] = {}
-    for c in doomed:
-        if state_of(c) == CheckpointState.DELETED:
-            continue
-        if state_of(c) == CheckpointState.DELETE_FAILED:
-            gc.transition(c, CheckpointState.DELETING, f"experiment {exp.id} deleted (retry)")
-        try:
-            gc.delete_files(storage, c.uuid)
-            error = None
-        except Exception as e:  # noqa: BLE001 - reported to the caller, retried by the GC job
-            error = f"{type(e).__name__}: {e}"
-            failed[c.uuid] = error
-        gc.record_result(c, error)
-        db.session.commit()
+    now = [c for c in doomed if state_of(c) != CheckpointState.DELETED]
+    with gc.RUN_LOCK:  # not at the same time as the GC job's deletions
+        for c in now:
+            db.session.refresh(c)
+            if state_of(c) == CheckpointState.DELETED:
+                continue
+            if state_of(c) == CheckpointState.DELETE_FAILED:
+                gc.transition(c, CheckpointState.DELETING, f"experiment {exp.id} deleted (retry)")
+            try:
+                gc.delete_files(storage, c.uuid)
+                error = None
+            except Exception as e:  # noqa: BLE001 - reported to the caller, retried by the job
+                error = f"{type(e).__name__}: {e}"
+                failed[c.uuid] = error
+            gc.record_result(c, error)
+            db.session.commit()
     if failed:
         first = next(iter(failed.items()))
         raise Conflict(
             f"experiment {exp.id} not deleted: {len(failed)} checkpoint(s) could not be "
             f"deleted (retried in the background), e.g. {first[0]}: {first[1]}"
         )
-    freed = sum(int(c.size or 0) for c in doomed)
+    freed = sum(int(c.size or 0) for c in now)
     db.session.delete(exp)
     db.session.commit()
     return {
         "experiment_id": exp.id,
-        "checkpoints_deleted": len(doomed),
+        "checkpoints_deleted": len(now),
         "bytes_freed": freed,
         "registered_kept": sorted(registered),
     }

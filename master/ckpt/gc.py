@@ -14,7 +14,8 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from flask import current_app
+from sqlalchemy import func, select
 
 from master.ckpt import storage as ckstorage
 from master.ckpt.policy import Candidate, Plan, Policy, plan
@@ -28,7 +29,26 @@ log = logging.getLogger("detlab.ckpt.gc")
 BACKOFF_BASE_S = 2.0
 BACKOFF_MAX_S = 600.0
 BATCH = 200
-_RUN_LOCK = threading.Lock()
+RUN_LOCK = threading.Lock()
+# Set by the GC job when deletions wait for an agent: polls then claim them (cheap otherwise).
+_AGENT_WORK = threading.Event()
+
+
+def _wake_agents() -> None:
+    if _AGENT_WORK.is_set():
+        return
+    from master.models import Agent
+    from master.notify import agent_key, hub
+
+    _AGENT_WORK.set()
+    ids = db.session.execute(select(Agent.id).where(Agent.state == "ACTIVE")).scalars()
+    hub.notify(*[agent_key(i) for i in ids])
+
+
+def master_reaches(storage: dict[str, Any]) -> bool:
+    if current_app.config["DET"].checkpoint_gc_via_agents:
+        return False
+    return ckstorage.master_can_reach(storage)
 
 
 def backoff(attempts: int) -> float:
@@ -138,19 +158,25 @@ def set_policy(exp: Experiment, changes: dict[str, Any]) -> Plan:
     return collect(exp)
 
 
+# exp id -> (live checkpoints, newest report) at its last collection: an experiment is planned
+# again only when a checkpoint arrived or left (a policy change collects at once).
+_SEEN: dict[int, tuple[int, Any]] = {}
+
+
 def collect_all() -> None:
-    """The periodic pass: every experiment that has more live checkpoints than it keeps."""
-    exp_ids = list(
-        db.session.execute(
-            select(Checkpoint.experiment_id)
-            .where(Checkpoint.state.in_(("ACTIVE", "COMPLETED")))
-            .distinct()
-        ).scalars()
-    )
-    for exp_id in exp_ids:
+    """The periodic pass: every experiment whose live checkpoints changed since the last one."""
+    rows = db.session.execute(
+        select(Checkpoint.experiment_id, func.count(), func.max(Checkpoint.reported_at))
+        .where(Checkpoint.state.in_(("ACTIVE", "COMPLETED")))
+        .group_by(Checkpoint.experiment_id)
+    ).all()
+    for exp_id, count, newest in rows:
+        if _SEEN.get(exp_id) == (count, newest):
+            continue
         exp = db.session.get(Experiment, exp_id)
         if exp is not None:
-            collect(exp)
+            plan_ = collect(exp)
+            _SEEN[exp_id] = (count - len(plan_.delete), newest)
 
 
 def _storage_config(c: Checkpoint) -> dict[str, Any] | None:
@@ -169,15 +195,15 @@ def delete_files(storage: dict[str, Any], uuid: str) -> None:
         raise OSError(f"{len(left)} file(s) still in storage after delete, e.g. {next(iter(left))}")
 
 
-def record_result(c: Checkpoint, error: str | None) -> None:
+def record_result(c: Checkpoint, error: str | None, by: str = "the master") -> None:
     """DELETING -> DELETED, or -> DELETE_FAILED with the error and the next try. Caller commits."""
     if error is None:
-        transition(c, CheckpointState.DELETED, "files deleted")
+        transition(c, CheckpointState.DELETED, f"files deleted by {by}")
         c.next_delete_at = None
         return
     c.delete_attempts = (c.delete_attempts or 0) + 1
     wait = backoff(c.delete_attempts)
-    transition(c, CheckpointState.DELETE_FAILED, f"attempt {c.delete_attempts}: {error}")
+    transition(c, CheckpointState.DELETE_FAILED, f"attempt {c.delete_attempts} by {by}: {error}")
     c.next_delete_at = utcnow() + timedelta(seconds=wait)
     log.warning("deleting checkpoint %s failed (retry in %.0fs): %s", c.uuid, wait, error)
 
@@ -198,14 +224,17 @@ def due(limit: int = BATCH, agent: bool = False) -> list[Checkpoint]:
 
 def run_deletions(limit: int = BATCH) -> int:
     """Delete due checkpoints the master can reach; returns how many were attempted."""
-    if not _RUN_LOCK.acquire(blocking=False):
+    if not RUN_LOCK.acquire(blocking=False):
         return 0
     try:
         done = 0
         for c in due(limit):
             storage = _storage_config(c)
-            if storage is None or not ckstorage.master_can_reach(storage):
-                continue  # an agent takes it (claim_for_agent)
+            if storage is None:
+                continue
+            if not master_reaches(storage):
+                _wake_agents()  # an agent takes it (agent_actions)
+                continue
             if state_of(c) == CheckpointState.DELETE_FAILED:
                 transition(c, CheckpointState.DELETING, f"retry {c.delete_attempts + 1}")
             try:
@@ -218,7 +247,7 @@ def run_deletions(limit: int = BATCH) -> int:
             done += 1
         return done
     finally:
-        _RUN_LOCK.release()
+        RUN_LOCK.release()
 
 
 def gc_tick() -> None:
@@ -232,25 +261,40 @@ def claim_for_agent(limit: int = 20) -> list[dict[str, Any]]:
     out = []
     for c in due(limit):
         storage = _storage_config(c)
-        if storage is None or ckstorage.master_can_reach(storage):
+        if storage is None or master_reaches(storage):
             continue
         if state_of(c) == CheckpointState.DELETE_FAILED:
             transition(c, CheckpointState.DELETING, f"retry {c.delete_attempts + 1} on an agent")
         # Not handed out again until the lease runs out (a lost agent's work is retried).
         c.next_delete_at = utcnow() + timedelta(seconds=60)
-        out.append({"kind": "delete_checkpoint", "uuid": c.uuid, "storage": storage})
+        out.append({"type": "delete_checkpoint", "uuid": c.uuid, "storage": storage})
     if out:
         db.session.commit()
     return out
 
 
-def agent_result(uuid: str, error: str | None) -> Checkpoint:
+def agent_actions() -> list[dict[str, Any]]:
+    """For an agent's poll: due deletions only agents can do (none without a DB query when the
+    GC job found no such work)."""
+    if not _AGENT_WORK.is_set():
+        return []
+    _AGENT_WORK.clear()
+    from master.services import STATE_LOCK
+
+    with STATE_LOCK:
+        actions = claim_for_agent()
+    if actions:
+        _AGENT_WORK.set()  # there may be more for the next poll
+    return actions
+
+
+def agent_result(uuid: str, error: str | None, agent_id: str) -> Checkpoint:
     c = db.session.get(Checkpoint, uuid)
     if c is None:
         raise BadRequest(f"checkpoint {uuid} not found", path="uuid")
     if state_of(c) != CheckpointState.DELETING:
         raise Conflict(f"checkpoint {uuid} is {c.state}, not DELETING")
-    record_result(c, error)
+    record_result(c, error, by=f"agent {agent_id}")
     db.session.commit()
     return c
 

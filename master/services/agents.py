@@ -145,6 +145,8 @@ def handle_poll(agent_id: str, payload: Any) -> dict:
     deadline = time.monotonic() + max(wait, 0.0)
     reported = {a["id"]: a for a in payload.get("allocations", [])}
     idle = _heartbeat(agent_id, payload)  # True: nothing runs or is wanted on this agent
+    from master.ckpt.gc import agent_actions  # checkpoint deletions only agents can do
+
     if not idle:
         heartbeats.forget(agent_id)
         with STATE_LOCK:
@@ -163,9 +165,10 @@ def handle_poll(agent_id: str, payload: Any) -> dict:
                 db.session.commit()
         else:
             actions = []
+        gc_actions = agent_actions()
         remaining = deadline - time.monotonic()
-        if actions or remaining <= 0:
-            return {"actions": actions, "poll_interval": 0.0}
+        if actions or gc_actions or remaining <= 0:
+            return {"actions": actions + gc_actions, "poll_interval": 0.0}
         db.session.close()
         if hub.wait(agent_key(agent_id), seen, remaining):
             idle = False  # woken: there may be work now
