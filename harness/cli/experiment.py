@@ -94,7 +94,10 @@ def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
 def describe(cli: Cli, args: argparse.Namespace) -> int:
     detail = cli.client().describe_experiment(args.id)
     if args.json:
-        detail["checkpoints"] = cli.client().checkpoint_usage(args.id)
+        from harness.cli.experiment_gc import checkpoint_usage
+
+        if (usage := checkpoint_usage(cli, args.id)) is not None:
+            detail["checkpoints"] = usage
         print_json(cli, detail)
         return 0
     exp = detail["experiment"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from harness.api._errors import NotFound
 from harness.cli._common import Cli, add_json_flag, print_json, print_table, size
 from harness.cli.checkpoint import confirm
 
@@ -95,9 +96,19 @@ def delete(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
+def checkpoint_usage(cli: Cli, exp_id: int) -> dict | None:
+    """Checkpoint count/bytes, or None from a master without the route (an older one)."""
+    try:
+        return cli.client().checkpoint_usage(exp_id)
+    except NotFound:
+        return None
+
+
 def describe_checkpoints(cli: Cli, exp_id: int) -> None:
     """The `Checkpoints:` line of `det experiment describe`."""
-    u = cli.client().checkpoint_usage(exp_id)
+    u = checkpoint_usage(cli, exp_id)
+    if u is None:
+        return
     cli.out.write(f"Checkpoints: {u['count']} ({size(u['bytes'])}, {u['bytes']} bytes)\n")
 
 
