@@ -121,7 +121,7 @@ def test_digits_trial_checkpoints_pause_resume_on_another_agent_and_gc(
     if secret:
         described = cluster.det("experiment", "describe", str(exp_id), "--json").stdout
         assert secret not in described and secret not in cluster.read_log("master")
-        assert secret not in cluster.read_log("agent-2")
+        assert secret not in cluster.read_log("agent-2") and secret not in logs
 
 
 def test_asha_leaves_exactly_the_kept_checkpoints(cluster_factory, s3_storage) -> None:  # type: ignore[no-untyped-def]

@@ -263,4 +263,4 @@ def test_command_line() -> None:
 
 
 def test_app_is_importable_without_a_master() -> None:
-    assert DetTUI.MODES.keys() == {"cluster", "queue", "experiments"}
+    assert DetTUI.MODES.keys() == {"cluster", "queue", "experiments", "models"}
