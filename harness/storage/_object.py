@@ -50,8 +50,10 @@ class ObjectStorageManager(StorageManager):
         """Upload every `(local file, key)`; raise if any fails."""
 
     @abc.abstractmethod
-    def _download_files(self, files: list[tuple[str, Path]]) -> None:
-        """Download every `(key, local file)`; raise if any fails."""
+    def _download_files(
+        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+    ) -> None:
+        """Download every `(key, local file)` (`sizes`: known object sizes); raise if any fails."""
 
     @abc.abstractmethod
     def _list(self, prefix: str) -> dict[str, int]:
@@ -109,6 +111,7 @@ class ObjectStorageManager(StorageManager):
             raise FileNotFoundError(f"checkpoint {uuid} not found at {self.location(uuid)}")
         root = self._root(uuid)
         files = []
+        sizes = {root + rel: size for rel, size in names.items()}
         for rel in sorted(names):
             if rel.endswith("/") or (selector is not None and not selector(rel)):
                 continue
@@ -116,7 +119,7 @@ class ObjectStorageManager(StorageManager):
             target.parent.mkdir(parents=True, exist_ok=True)
             files.append((root + rel, target))
         if files:
-            self._download_files(files)
+            self._download_files(files, sizes)
 
     def delete(self, uuid: str, globs: list[str] | None = None) -> None:
         root = self._root(uuid)

@@ -63,7 +63,9 @@ class GCSStorageManager(ObjectStorageManager):
         )
         self._raise_first(results)
 
-    def _download_files(self, files: list[tuple[str, Path]]) -> None:
+    def _download_files(
+        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+    ) -> None:
         pairs = [(self._bucket.blob(key), str(path)) for key, path in files]
         results = transfer_manager.download_many(
             pairs,

@@ -16,10 +16,21 @@ import boto3
 from boto3.s3.transfer import TransferConfig, create_transfer_manager
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from s3transfer.subscribers import BaseSubscriber
 
 from harness.storage._object import DEFAULT_CONCURRENCY, ObjectStorageManager
 
 MiB = 1024 * 1024
+
+
+class _KnownSize(BaseSubscriber):
+    """Tells the transfer manager an object's size (from the listing): no HeadObject per file."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def on_queued(self, future: Any, **kwargs: Any) -> None:
+        future.meta.provide_transfer_size(self.size)
 
 
 class S3StorageManager(ObjectStorageManager):
@@ -66,9 +77,20 @@ class S3StorageManager(ObjectStorageManager):
             for f in futures:
                 f.result()
 
-    def _download_files(self, files: list[tuple[str, Path]]) -> None:
+    def _download_files(
+        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+    ) -> None:
+        sizes = sizes or {}
         with create_transfer_manager(self.client, self.transfer_config) as tm:
-            futures = [tm.download(self.bucket, key, str(path)) for key, path in files]
+            futures = [
+                tm.download(
+                    self.bucket,
+                    key,
+                    str(path),
+                    subscribers=[_KnownSize(sizes[key])] if key in sizes else None,
+                )
+                for key, path in files
+            ]
             for f in futures:
                 f.result()
 
