@@ -215,6 +215,14 @@ class Agent:
             try:
                 if action.type == ActionType.START and action.spec is not None:
                     self._start(action.spec.to_json())
+                elif action.type == ActionType.DELETE_CHECKPOINT:
+                    from agent.ckpt_gc import delete_checkpoint
+
+                    threading.Thread(
+                        target=delete_checkpoint,
+                        args=(self.client, action.checkpoint_uuid, action.storage or {}),
+                        daemon=True,
+                    ).start()
                 elif action.type == ActionType.KILL:
                     aid = action.allocation_id
                     if any(a["id"] == aid and a["state"] != EXITED for a in self.runtime.states()):

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` and t
 
 from bench import (  # noqa: E402
     agent_load,
+    checkpoint_transfer,
     docker_start,
     metrics_ingest,
     scheduler_pass,
@@ -51,6 +52,9 @@ def main() -> int:
         ),
         trial_overhead.NAME: lambda a: trial_overhead.run(n=a.trials, ray=a.ray, docs=a.docs),
         scheduler_pass.NAME: lambda a: scheduler_pass.run(passes=a.passes, docs=a.docs),
+        checkpoint_transfer.NAME: lambda a: checkpoint_transfer.run(
+            big_mb=a.big_mb, small_count=a.small_count, small_kb=a.small_kb, docs=a.docs
+        ),
     }
     parser.add_argument(
         "names", nargs="*", metavar="NAME", help=f"{', '.join(benchmarks)} (default: all)"
@@ -98,6 +102,9 @@ def main() -> int:
         "--no-ray", dest="ray", action="store_false", help="trial_overhead: skip Ray Tune"
     )
     parser.add_argument("--rounds", type=int, default=15, help="trial_throughput: rounds per side")
+    parser.add_argument("--big-mb", type=int, default=1024, help="checkpoint_transfer: big file")
+    parser.add_argument("--small-count", type=int, default=1000, help="checkpoint_transfer")
+    parser.add_argument("--small-kb", type=int, default=1024, help="checkpoint_transfer")
     args = parser.parse_args()
     unknown = set(args.names) - set(benchmarks)
     if unknown:

@@ -281,13 +281,16 @@ class StartSpec:
 class ActionType(StrEnum):
     START = "start"
     KILL = "kill"
+    DELETE_CHECKPOINT = "delete_checkpoint"  # storage only agents reach (checkpoint GC)
 
 
 @dataclass(frozen=True)
 class Action:
     type: ActionType
-    allocation_id: str
-    spec: StartSpec | None = None  # for START
+    allocation_id: str = ""  # START and KILL
+    spec: StartSpec | None = None  # START
+    checkpoint_uuid: str = ""  # DELETE_CHECKPOINT
+    storage: dict[str, Any] | None = None  # DELETE_CHECKPOINT: the checkpoint_storage config
 
     @classmethod
     def start(cls, spec: StartSpec) -> Action:
@@ -296,6 +299,10 @@ class Action:
     @classmethod
     def kill(cls, allocation_id: str) -> Action:
         return cls(ActionType.KILL, allocation_id)
+
+    @classmethod
+    def delete_checkpoint(cls, uuid: str, storage: dict[str, Any]) -> Action:
+        return cls(ActionType.DELETE_CHECKPOINT, checkpoint_uuid=uuid, storage=storage)
 
     @classmethod
     def parse(cls, body: object, path: str) -> Action:
@@ -307,11 +314,17 @@ class Action:
         if kind == ActionType.START:
             spec = StartSpec.parse(d.get("spec"), f"{path}.spec")
             return cls(kind, spec.allocation_id, spec)
+        if kind == ActionType.DELETE_CHECKPOINT:
+            return cls.delete_checkpoint(
+                _str(d.get("uuid"), f"{path}.uuid") or "", _obj(d.get("storage"), f"{path}.storage")
+            )
         return cls(kind, _str(d.get("allocation_id"), f"{path}.allocation_id") or "")
 
     def to_json(self) -> dict[str, Any]:
-        if self.spec is not None:
+        if self.type == ActionType.START and self.spec is not None:
             return {"type": self.type.value, "spec": self.spec.to_json()}
+        if self.type == ActionType.DELETE_CHECKPOINT:
+            return {"type": self.type.value, "uuid": self.checkpoint_uuid, "storage": self.storage}
         return {"type": self.type.value, "allocation_id": self.allocation_id}
 
 

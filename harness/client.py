@@ -8,6 +8,11 @@
     path = ckpt.download()
     for m in client.get_trial(1).iter_metrics("validation"): print(m.steps_completed, m.metrics)
 
+The model registry as in Determined's SDK:
+
+    client.get_model("digits").get_version(3).checkpoint.download("./digits-v3")
+    client.get_model("digits").get_version("production")   # by alias
+
 Without `login`, the first call logs in from `DET_MASTER` + `DET_USER`/`DET_PASSWORD` (or the
 token `det user login` cached); inside a trial it uses the trial's session.
 """
@@ -22,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.api import auth
-from harness.api._session import Session
+from harness.api import Session, auth
 from harness.api.client import Client
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
@@ -64,17 +68,15 @@ class Checkpoint:
         self.state: str | None = raw.get("state")
         self.resources: dict[str, int] = dict(raw.get("resources") or {})
 
-    def download(self, path: str | os.PathLike[str] | None = None) -> str:
-        """Copy the checkpoint's files to `path` (default: checkpoints/UUID); returns it."""
-        dest = Path(path) if path is not None else Path("checkpoints") / self.uuid
-        storage = self._raw.get("storage") or {}
-        src = Path(storage["path"]) if storage.get("path") else None
-        if src is not None and src.is_dir():
-            import shutil
+    def download(
+        self, path: str | os.PathLike[str] | None = None, *, via_master: bool = False
+    ) -> str:
+        """Fetch the files into `path` (default `./checkpoints/<uuid>`): straight from the
+        storage when this machine reaches it, else through the master. Returns the path."""
+        from harness.storage.fetch import download
 
-            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-        else:
-            self._client.download_checkpoint(self.uuid, dest)
+        dest = Path(path) if path is not None else Path("checkpoints") / self.uuid
+        download(self._client, self.uuid, dest, via_master=via_master)
         return str(dest)
 
     def __repr__(self) -> str:
@@ -231,6 +233,73 @@ class Experiment:
         self._client.kill_experiment(self.id)
 
 
+class ModelVersion:
+    """Version N of a registered model, pointing to a checkpoint, with its lineage."""
+
+    def __init__(self, session: Client, model_name: str, raw: dict[str, Any]) -> None:
+        self._client = session
+        self._raw = raw
+        self.model_name = model_name
+        self.version: int = int(raw["version"])
+        self.comment: str | None = raw.get("comment")
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        ckpt = dict(self._raw.get("checkpoint") or {})
+        ckpt.setdefault("uuid", self._raw.get("checkpoint_uuid", ""))
+        return Checkpoint(self._client, ckpt)
+
+    @property
+    def lineage(self) -> dict[str, Any]:
+        """Trial, experiment, hparams and validation metrics of the version's checkpoint."""
+        ckpt = self._raw.get("checkpoint") or {}
+        return {
+            "trial_id": ckpt.get("trial_id"),
+            "experiment_id": ckpt.get("experiment_id"),
+            **(ckpt.get("lineage") or {}),
+        }
+
+    def __repr__(self) -> str:
+        return f"ModelVersion({self.model_name!r}, version={self.version})"
+
+
+class Model:
+    """A registered model (Determined's `client.Model`)."""
+
+    def __init__(self, session: Client, raw: dict[str, Any]) -> None:
+        self._client = session
+        self._raw = raw
+        self.name: str = raw["name"]
+        self.description: str | None = raw.get("description")
+
+    def get_version(self, version: int | str = -1) -> ModelVersion:
+        """Version `n`, an alias name, or -1 for the newest (as in Determined)."""
+        if version == -1:
+            versions = self._client.list_model_versions(self.name)
+            if not versions:
+                raise LookupError(f"model {self.name!r} has no versions")
+            raw = versions[-1]
+        else:
+            raw = self._client.get_model_version(self.name, version)
+        return ModelVersion(self._client, self.name, raw)
+
+    def get_versions(self) -> list[ModelVersion]:
+        return [
+            ModelVersion(self._client, self.name, r)
+            for r in self._client.list_model_versions(self.name)
+        ]
+
+    def register_version(self, checkpoint_uuid: str, **fields: Any) -> ModelVersion:
+        raw = self._client.register_model_version(self.name, checkpoint_uuid, **fields)
+        return ModelVersion(self._client, self.name, raw)
+
+    def set_alias(self, alias: str, version: int) -> None:
+        self._client.set_model_alias(self.name, alias, version)
+
+    def __repr__(self) -> str:
+        return f"Model({self.name!r})"
+
+
 class Determined:
     """One connection to a master (Determined's `client.Determined`)."""
 
@@ -289,6 +358,17 @@ class Determined:
     def get_checkpoint(self, uuid: str) -> Checkpoint:
         return Checkpoint(self._client, self._client.get_checkpoint(uuid))
 
+    def get_model(self, name: str) -> Model:
+        return Model(self._client, self._client.get_model(name))
+
+    def create_model(self, name: str, description: str | None = None, **fields: Any) -> Model:
+        return Model(
+            self._client, self._client.create_model(name, description=description, **fields)
+        )
+
+    def get_models(self) -> list[Model]:
+        return [Model(self._client, m) for m in self._client.list_models()]
+
 
 _default: Determined | None = None
 
@@ -328,3 +408,15 @@ def get_trial(trial_id: int) -> Trial:
 
 def get_checkpoint(uuid: str) -> Checkpoint:
     return _d().get_checkpoint(uuid)
+
+
+def get_model(name: str) -> Model:
+    return _d().get_model(name)
+
+
+def create_model(name: str, description: str | None = None, **fields: Any) -> Model:
+    return _d().create_model(name, description, **fields)
+
+
+def get_models() -> list[Model]:
+    return _d().get_models()

@@ -80,6 +80,11 @@ def start_jobs(app: Flask, state: MasterState) -> BackgroundScheduler:
         id="preemption_timeouts",
     )
     sched.add_job(_in_app(app, heartbeats.flush), "interval", seconds=1.0, id="heartbeats")
+    from master.ckpt.gc import gc_tick
+
+    sched.add_job(
+        _in_app(app, gc_tick), "interval", seconds=cfg.checkpoint_gc_interval, id="checkpoint_gc"
+    )
     stats = TickStats()
     sched.add_listener(stats.record, EVENT_JOB_SUBMITTED)
     state.tick_stats = stats

@@ -47,6 +47,10 @@ class MasterConfig:
     checkpoint_storage: dict[str, Any] | None = None
     resource_pools: list[ResourcePoolConfig] = field(default_factory=lambda: [ResourcePoolConfig()])
     token_ttl_hours: float = 24 * 7
+    # How often the checkpoint GC job applies every experiment's policy and deletes due files.
+    checkpoint_gc_interval: float = 5.0
+    # The master cannot reach checkpoint storage: agents delete checkpoints for it.
+    checkpoint_gc_via_agents: bool = False
 
     @property
     def db_url(self) -> str:
@@ -97,7 +101,12 @@ def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfi
         if value is not None:
             setattr(cfg, key, value)
     cfg.data_dir = Path(cfg.data_dir).expanduser()
-    for key in ("agent_timeout", "scheduling_interval", "preemption_timeout"):
+    for key in (
+        "agent_timeout",
+        "scheduling_interval",
+        "preemption_timeout",
+        "checkpoint_gc_interval",
+    ):
         val = getattr(cfg, key)
         if not isinstance(val, int | float) or isinstance(val, bool) or val <= 0:
             raise MasterConfigError(f"master config: {key} must be a positive number, got {val!r}")

@@ -78,6 +78,8 @@ class MasterState:
     # Buffered agent heartbeats: agent id -> (last seen, slot stats).
     heartbeat_lock: threading.Lock = field(default_factory=threading.Lock)
     heartbeats: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
+    # Set when checkpoint deletions wait for an agent (storage only agents reach).
+    checkpoint_agent_work: threading.Event = field(default_factory=threading.Event)
     # Set by `master.app.start_master`; None in an app that only serves requests (tests).
     master_lock: MasterLock | None = None
     kicker: Kicker | None = None

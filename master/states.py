@@ -41,6 +41,16 @@ class AgentState(StrEnum):
     LOST = "LOST"  # stopped polling for `agent_timeout`; its allocations failed
 
 
+class CheckpointState(StrEnum):
+    """ACTIVE -> DELETING -> DELETED | DELETE_FAILED; a failed delete is retried. DELETED is set
+    only after the files are gone, and is final."""
+
+    ACTIVE = "ACTIVE"
+    DELETING = "DELETING"
+    DELETED = "DELETED"
+    DELETE_FAILED = "DELETE_FAILED"
+
+
 class ContainerState(StrEnum):
     """One agent's part of an allocation. Derived from the container's facts, never stored."""
 
@@ -103,6 +113,13 @@ ALLOCATION_TRANSITIONS: dict[AllocationState, frozenset[AllocationState]] = {
 AGENT_TRANSITIONS: dict[AgentState, frozenset[AgentState]] = {
     AgentState.ACTIVE: frozenset({AgentState.LOST}),
     AgentState.LOST: frozenset({AgentState.ACTIVE}),  # it polled again
+}
+
+CHECKPOINT_TRANSITIONS: dict[CheckpointState, frozenset[CheckpointState]] = {
+    CheckpointState.ACTIVE: frozenset({CheckpointState.DELETING}),
+    CheckpointState.DELETING: frozenset({CheckpointState.DELETED, CheckpointState.DELETE_FAILED}),
+    CheckpointState.DELETE_FAILED: frozenset({CheckpointState.DELETING}),
+    CheckpointState.DELETED: frozenset(),
 }
 
 # The user-facing actions and which states they start from.

@@ -2,7 +2,8 @@
 
     det-tui [-m URL] [--readonly] [VIEW [ID]]
 
-VIEW is one of `gpu`, `agents`, `queue`, `exps`, `exp ID`, `trial ID`, `logs ID` (default `exps`).
+VIEW is one of `gpu`, `agents`, `queue`, `exps`, `exp ID`, `trial ID`, `logs ID`, `models`
+(default `exps`).
 Inside, `:` opens the same views, `?` lists every key.
 """
 
@@ -29,6 +30,7 @@ from tui.screens.common import Help, Prompt, ViewScreen, key_label
 from tui.screens.experiment import ExperimentScreen
 from tui.screens.experiments import ExperimentsScreen
 from tui.screens.logs import LogsScreen
+from tui.screens.models import ModelsScreen
 from tui.screens.queue import COLUMNS as QUEUE_COLUMNS
 from tui.screens.queue import NOT_AVAILABLE, QueueScreen, queue_rows
 from tui.screens.trial import TrialScreen
@@ -53,6 +55,8 @@ VIEWS = {
     "t": "trial",
     "logs": "logs",
     "log": "logs",
+    "models": "models",
+    "model": "models",
 }
 NEEDS_ID = {"exp", "trial", "logs"}
 COMMANDS = [
@@ -63,6 +67,7 @@ COMMANDS = [
     "logs ",
     "gpu",
     "agents",
+    "models",
     "help",
     "quit",
 ]
@@ -90,6 +95,7 @@ class DetTUI(App):
         "cluster": ClusterScreen,
         "queue": QueueScreen,
         "experiments": ExperimentsScreen,
+        "models": ModelsScreen,
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("colon", "palette", ":cmd"),
@@ -97,6 +103,7 @@ class DetTUI(App):
         Binding("1", "view('cluster')", "GPUs", show=False),
         Binding("2", "view('queue')", "Queue", show=False),
         Binding("3", "view('experiments')", "Exps", show=False),
+        Binding("4", "view('models')", "Models", show=False),
         Binding("q", "quit", "Quit", show=False),
     ]
 
@@ -253,7 +260,7 @@ class DetTUI(App):
             self._switch("cluster")
             focus = "#agents" if kind == "agents" else "#slots"
             self.call_after_refresh(self._focus_in_cluster, focus)
-        elif kind in ("queue", "experiments"):
+        elif kind in ("queue", "experiments", "models"):
             self._switch(kind)
         elif kind == "exp":
             self.push_screen(ExperimentScreen(int(ident)))  # type: ignore[arg-type]

@@ -65,6 +65,57 @@ def make_agents(n_agents: int, gpus: int = 4, busy_trials: list[int] | None = No
     return agents
 
 
+def make_models() -> tuple[list[JSON], dict[str, list[JSON]]]:
+    """Two registered models; `digits` has two versions and a moved `production` alias."""
+
+    def version(n: int, uuid: str, exp: int, trial: int, steps: int, acc: float) -> JSON:
+        return {
+            "version": n,
+            "comment": f"v{n}",
+            "aliases": ["production"] if n == 2 else [],
+            "creation_time": iso(3600 * (3 - n)),
+            "checkpoint": {
+                "uuid": uuid,
+                "experiment_id": exp,
+                "trial_id": trial,
+                "steps_completed": steps,
+                "state": "ACTIVE",
+                "lineage": {"validation_metrics": {"validation_accuracy": acc}},
+            },
+        }
+
+    models = [
+        {
+            "id": 1,
+            "name": "digits",
+            "num_versions": 2,
+            "aliases": {"production": 2},
+            "labels": ["cv"],
+            "username": "alice",
+            "archived": False,
+            "last_updated_time": iso(600),
+        },
+        {
+            "id": 2,
+            "name": "bert-qa",
+            "num_versions": 0,
+            "aliases": {},
+            "labels": [],
+            "username": "bob",
+            "archived": True,
+            "last_updated_time": iso(7200),
+        },
+    ]
+    versions = {
+        "digits": [
+            version(1, "0b9c7e9e-0000-4000-8000-000000000001", 5, 501, 400, 0.93),
+            version(2, "0b9c7e9e-0000-4000-8000-000000000002", 5, 501, 800, 0.97),
+        ],
+        "bert-qa": [],
+    }
+    return models, versions
+
+
 class FakeClient:
     """Same method names and return shapes as `Client` for the routes the TUI uses."""
 
@@ -101,6 +152,7 @@ class FakeClient:
             }
         )
         self.experiments: list[JSON] = []
+        self.models, self.model_versions = make_models()
         self.trials: dict[int, JSON] = {}
         specs = [
             (1, "resnet50-baseline", "alice", "ACTIVE", 0.62, 3, "default", 42),
@@ -270,6 +322,17 @@ class FakeClient:
                     self._renumber(p["jobs"])
                 return copy.deepcopy(job)
         raise NotFound(404, f"job {job_id} not found", "not_found")
+
+    # ---- model registry ------------------------------------------------------------------------
+    def list_models(self, archived: bool | None = None) -> list[JSON]:
+        self._rec("list_models")
+        return copy.deepcopy(self.models)
+
+    def list_model_versions(self, name: str) -> list[JSON]:
+        self._rec("list_model_versions", name)
+        if name not in self.model_versions:
+            raise NotFound(404, f"model {name!r} not found", "not_found")
+        return copy.deepcopy(self.model_versions[name])
 
     # ---- everything else --------------------------------------------------------------------
     def me(self) -> JSON:

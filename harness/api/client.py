@@ -402,3 +402,72 @@ class Client:
         return self.session.post(
             f"/allocations/{allocation_id}/rendezvous", dict(body), timeout=timeout
         )
+
+    # ---- checkpoint GC (see docs/checkpoints.md) -------------------------------------------
+    def checkpoint_gc_plan(self, exp_id: int, **policy: int) -> JSON:
+        """What the experiment's policy (with overrides) would delete now, and bytes freed."""
+        params = {k: v for k, v in policy.items() if v is not None}
+        return self.session.get(f"/experiments/{exp_id}/checkpoint-gc", params=params)
+
+    def set_gc_policy(self, exp_id: int, **policy: int) -> JSON:
+        body = {k: v for k, v in policy.items() if v is not None}
+        return self.session.patch(f"/experiments/{exp_id}/gc-policy", body)
+
+    def checkpoint_usage(self, exp_id: int) -> JSON:
+        return self.session.get(f"/experiments/{exp_id}/checkpoint-usage")
+
+    def delete_checkpoints(self, uuids: list[str]) -> JSON:
+        return self.session.delete("/checkpoints", json={"checkpoint_uuids": list(uuids)})
+
+    def delete_experiment(self, exp_id: int) -> JSON:
+        return self.session.delete(f"/experiments/{exp_id}", timeout=600.0)
+
+    # ---- model registry ----------------------------------------------------------------------
+    def create_model(self, name: str, **fields: Any) -> JSON:
+        body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
+        return self.session.post("/models", body)["model"]
+
+    def list_models(self, archived: bool | None = None) -> list[JSON]:
+        params = {} if archived is None else {"archived": str(archived).lower()}
+        return self.session.get("/models", params=params)["models"]
+
+    def get_model(self, name: str) -> JSON:
+        return self.session.get(f"/models/{name}")["model"]
+
+    def patch_model(self, name: str, **fields: Any) -> JSON:
+        return self.session.patch(f"/models/{name}", fields)["model"]
+
+    def archive_model(self, name: str, archived: bool = True) -> JSON:
+        action = "archive" if archived else "unarchive"
+        return self.session.post(f"/models/{name}/{action}")["model"]
+
+    def delete_model(self, name: str) -> JSON:
+        return self.session.delete(f"/models/{name}")
+
+    def list_model_versions(self, name: str) -> list[JSON]:
+        return self.session.get(f"/models/{name}/versions")["model_versions"]
+
+    def get_model_version(self, name: str, version: int | str) -> JSON:
+        """A version by number or by alias."""
+        return self.session.get(f"/models/{name}/versions/{version}")["model_version"]
+
+    def register_model_version(self, name: str, checkpoint_uuid: str, **fields: Any) -> JSON:
+        body = {"checkpoint_uuid": checkpoint_uuid}
+        body.update({k: v for k, v in fields.items() if v is not None})
+        return self.session.post(f"/models/{name}/versions", body)["model_version"]
+
+    def delete_model_version(self, name: str, version: int) -> JSON:
+        return self.session.delete(f"/models/{name}/versions/{version}")
+
+    def model_aliases(self, name: str) -> JSON:
+        """`{"aliases": {alias: version}, "history": [...]}`."""
+        return self.session.get(f"/models/{name}/aliases")
+
+    def set_model_alias(self, name: str, alias: str, version: int) -> JSON:
+        resp = self.session.request(
+            "PUT", f"/models/{name}/aliases/{alias}", json={"version": version}
+        )
+        return resp.json()
+
+    def remove_model_alias(self, name: str, alias: str) -> JSON:
+        return self.session.delete(f"/models/{name}/aliases/{alias}")

@@ -1,13 +1,21 @@
-"""`det checkpoint list|download`."""
+"""`det checkpoint list|describe|download|delete`."""
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
-from harness.cli._common import Cli, add_json_flag, print_json, print_table, size, when
+from harness.cli._common import (
+    Cli,
+    CliError,
+    add_json_flag,
+    print_fields,
+    print_json,
+    print_table,
+    size,
+    when,
+)
 
 
 def list_checkpoints(cli: Cli, args: argparse.Namespace) -> int:
@@ -41,29 +49,72 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     ckpt = cli.client().get_checkpoint(args.uuid)
     if args.json:
         print_json(cli, ckpt)
-    else:
-        for key in ("uuid", "trial_id", "steps_completed", "state", "reported_at"):
-            cli.out.write(f"{key}: {ckpt.get(key)}\n")
-        cli.out.write(f"metadata: {ckpt.get('metadata')}\n")
-        cli.out.write(
-            f"files: {len(ckpt.get('resources') or {})}, size: {size(ckpt.get('size'))}\n"
-        )
+        return 0
+    shown = {
+        **ckpt,
+        "size": size(ckpt.get("size")),
+        "files": len(ckpt.get("resources") or {}),
+        "where": ", ".join(f"{k}={v}" for k, v in (ckpt.get("storage") or {}).items() if v),
+        "reported_at": when(ckpt.get("reported_at")),
+    }
+    print_fields(
+        cli,
+        shown,
+        [
+            ("UUID", "uuid"),
+            ("Experiment", "experiment_id"),
+            ("Trial", "trial_id"),
+            ("Steps", "steps_completed"),
+            ("State", "state"),
+            ("Why", "state_reason"),
+            ("Delete attempts", "delete_attempts"),
+            ("Size", "size"),
+            ("Files", "files"),
+            ("Storage", "where"),
+            ("Reported", "reported_at"),
+        ],
+    )
     return 0
 
 
 def download(cli: Cli, args: argparse.Namespace) -> int:
-    """Copy straight from shared storage when this machine sees it, else via the master."""
-    client = cli.client()
+    """Copy straight from the storage when this machine can read it, else via the master."""
+    from harness.storage.fetch import download as fetch
+
     dest = Path(args.output or Path("checkpoints") / args.uuid)
-    ckpt = client.get_checkpoint(args.uuid)
-    storage = ckpt.get("storage") or {}
-    src = Path(storage["path"]) if storage.get("path") else None
-    if storage.get("type", "shared_fs") == "shared_fs" and src is not None and src.is_dir():
-        shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-    else:
-        client.download_checkpoint(args.uuid, dest)
-    cli.out.write(f"Downloaded checkpoint {args.uuid} to {dest}\n")
+    try:
+        dest, how = fetch(cli.client(), args.uuid, dest, via_master=args.via_master)
+    except FileNotFoundError as e:
+        raise CliError(str(e)) from e
+    cli.out.write(f"Downloaded checkpoint {args.uuid} to {dest} ({how})\n")
     return 0
+
+
+def delete(cli: Cli, args: argparse.Namespace) -> int:
+    client = cli.client()
+    if not args.yes:
+        total = 0
+        for uuid in args.uuids:
+            total += int(client.get_checkpoint(uuid).get("size") or 0)
+        if not confirm(cli, f"Delete {len(args.uuids)} checkpoint(s) ({size(total)})?"):
+            cli.out.write("Nothing deleted.\n")
+            return 1
+    out = client.delete_checkpoints(args.uuids)
+    cli.out.write(
+        f"Deleting {len(out['deleting'])} checkpoint(s); the GC job removes their files "
+        "(see `det checkpoint describe UUID`).\n"
+    )
+    return 0
+
+
+def confirm(cli: Cli, question: str) -> bool:
+    cli.out.write(f"{question} [y/N] ")
+    cli.out.flush()
+    try:
+        answer = input()
+    except EOFError:
+        answer = ""
+    return answer.strip().lower() in ("y", "yes")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,7 +129,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(x)
     x.set_defaults(func=list_checkpoints)
 
-    x = s.add_parser("describe", help="one checkpoint: trial, steps, metadata, files")
+    x = s.add_parser("describe", help="a checkpoint: state, size, files, where it is")
     x.add_argument("uuid", metavar="UUID")
     add_json_flag(x)
     x.set_defaults(func=describe)
@@ -86,4 +137,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     x = s.add_parser("download", help="fetch a checkpoint's files")
     x.add_argument("uuid", metavar="UUID")
     x.add_argument("-o", "--output", metavar="DIR", help="default: ./checkpoints/UUID")
+    x.add_argument("--via-master", action="store_true", help="always go through the master")
     x.set_defaults(func=download)
+
+    x = s.add_parser("delete", help="delete checkpoints (not registered ones)")
+    x.add_argument("uuids", nargs="+", metavar="UUID")
+    x.add_argument("-y", "--yes", action="store_true", help="do not ask first")
+    x.set_defaults(func=delete)

@@ -122,6 +122,10 @@ def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
 def describe(cli: Cli, args: argparse.Namespace) -> int:
     detail = cli.client().describe_experiment(args.id)
     if args.json:
+        from harness.cli.experiment_gc import checkpoint_usage
+
+        if (usage := checkpoint_usage(cli, args.id)) is not None:
+            detail["checkpoints"] = usage
         print_json(cli, detail)
         return 0
     exp = detail["experiment"]
@@ -151,6 +155,9 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
             ("Ended", "ended_at"),
         ],
     )
+    from harness.cli.experiment_gc import describe_checkpoints
+
+    describe_checkpoints(cli, args.id)
     cli.out.write("\n")
     lengths = detail.get("rung_lengths") or []
     trials = [
@@ -297,3 +304,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("id", type=int, metavar="ID")
     x.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
     x.set_defaults(func=logs)
+
+    from harness.cli import experiment_gc
+
+    experiment_gc.add_commands(s)  # set gc-policy, gc-preview, delete

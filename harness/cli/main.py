@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from harness.api import APIError, DetError, MasterUnreachable, Unauthenticated
-from harness.cli import agent, checkpoint, experiment, job, template, trial, user
+from harness.cli import agent, checkpoint, experiment, job, model, template, trial, user
 from harness.cli._common import DEFAULT_MASTER, Cli, CliError
 
 
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="master URL (default: $DET_MASTER or %(default)s)",
     )
     sub = parser.add_subparsers(dest="noun", metavar="NOUN", required=True)
-    for noun in (experiment, trial, checkpoint, job, agent, user, template):
+    for noun in (experiment, trial, checkpoint, model, job, agent, user, template):
         noun.register(sub)
     return parser
 

@@ -99,8 +99,8 @@ class CheckpointContext:
         logger.info("checkpoint %s registered (%d files)", uuid, len(resources))
 
     def _resources(self, uuid: str) -> dict[str, int]:
-        with self.storage.restore_path(uuid) as path:
-            return {k: v for k, v in list_resources(path).items() if not k.endswith("/")}
+        """What the backend holds: registration lists stored files, not what we meant to store."""
+        return {k: v for k, v in self.storage.list_files(uuid).items() if not k.endswith("/")}
 
     def upload(
         self,

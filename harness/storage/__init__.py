@@ -1,4 +1,4 @@
-"""Checkpoint storage backends behind one interface: shared_fs now; s3 and gcs plug in later.
+"""Checkpoint storage backends behind one interface: shared_fs, s3 (boto3), gcs.
 
 A checkpoint is a directory of files named by its uuid. Backends write a `metadata.json` next to
 the files so a checkpoint can be understood without the master.
@@ -68,6 +68,13 @@ class StorageManager(abc.ABC):
     def location(self, uuid: str) -> str:
         """Human-readable place of the checkpoint (for logs)."""
         return uuid
+
+    def list_files(self, uuid: str) -> dict[str, int]:
+        """`{relative path: size}` of the stored files of checkpoint `uuid` ({} if none)."""
+        if not self.exists(uuid):
+            return {}
+        with self.restore_path(uuid) as path:
+            return {k: v for k, v in list_resources(path).items() if not k.endswith("/")}
 
 
 _BACKENDS = {

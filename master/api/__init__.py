@@ -20,3 +20,8 @@ def register_api(app: Flask) -> None:
     modules = (auth, experiments, trials, checkpoints, agents, allocations, job_queue, templates)
     for module in modules:
         app.register_blueprint(module.bp, url_prefix="/api/v1")
+    from master.ckpt import api as checkpoint_gc
+    from master.registry import api as registry
+
+    app.register_blueprint(checkpoint_gc.bp, url_prefix="/api/v1")
+    app.register_blueprint(registry.bp, url_prefix="/api/v1")

@@ -31,7 +31,9 @@ def register():  # type: ignore[no-untyped-def]
 
 
 def _readable(uuid: str):  # type: ignore[no-untyped-def]
-    ckpt = svc.get(uuid)
+    from master.registry.service import registered_checkpoint
+
+    ckpt = registered_checkpoint(uuid) or svc.get(uuid)  # a registered one outlives its rows
     p = principal()
     if p.kind == "allocation" and p.experiment_id != ckpt.experiment_id:
         raise Forbidden("this session token belongs to another experiment")
@@ -69,11 +71,16 @@ def list_checkpoints():  # type: ignore[no-untyped-def]
 def download(uuid: str):  # type: ignore[no-untyped-def]
     ckpt = _readable(uuid)
     path = (ckpt.storage or {}).get("path")
-    if not path or not os.path.isdir(path):
-        raise NotFound(f"checkpoint {uuid}'s files are not readable by the master ({path})")
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(path, arcname=".")
+    if (ckpt.storage or {}).get("type", "shared_fs") != "shared_fs":
+        from master.ckpt.transfer import tar_from_storage  # s3/gcs: the master fetches them
+
+        tar_from_storage(ckpt, buf)
+    elif not path or not os.path.isdir(path):
+        raise NotFound(f"checkpoint {uuid}'s files are not readable by the master ({path})")
+    else:
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            tar.add(path, arcname=".")
     return Response(
         buf.getvalue(),
         mimetype="application/gzip",

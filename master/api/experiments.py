@@ -96,7 +96,14 @@ def experiment_trials(exp_id: int):  # type: ignore[no-untyped-def]
 def config(exp_id: int):  # type: ignore[no-untyped-def]
     require_user()
     exp = svc.get_experiment(exp_id)
-    return jsonify({"config": exp.config, "original": exp.original_config})
+    from master.ckpt.storage import redact_config, redact_yaml
+
+    return jsonify(
+        {
+            "config": redact_config(exp.config),
+            "original": redact_yaml(exp.original_config, exp.config),
+        }
+    )
 
 
 def _may_steer(exp: Experiment) -> None:

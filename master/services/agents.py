@@ -144,6 +144,8 @@ def handle_poll(agent_id: str, payload: PollRequest, remote_addr: str | None = N
     deadline = time.monotonic() + max(wait, 0.0)
     reported = {a.id: a for a in payload.allocations}
     idle = _heartbeat(agent_id, payload)  # True: nothing runs or is wanted on this agent
+    from master.ckpt.gc import agent_actions  # checkpoint deletions only agents can do
+
     if not idle:
         heartbeats.forget(agent_id)
         with state_lock():
@@ -162,9 +164,10 @@ def handle_poll(agent_id: str, payload: PollRequest, remote_addr: str | None = N
                 db.session.commit()
         else:
             actions = []
+        gc_actions = agent_actions()
         remaining = deadline - time.monotonic()
-        if actions or remaining <= 0:
-            return PollReply(tuple(actions))
+        if actions or gc_actions or remaining <= 0:
+            return PollReply(tuple(actions + gc_actions))
         db.session.close()
         if hub().wait(agent_key(agent_id), seen, remaining):
             idle = False  # woken: there may be work now

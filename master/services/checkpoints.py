@@ -44,10 +44,9 @@ def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> C
     if db.session.get(Checkpoint, ckpt_uuid) is not None:
         raise Conflict(f"checkpoint {ckpt_uuid} is already registered")
     exp = trial.experiment
-    path = storage_dir(exp.config, ckpt_uuid)
-    storage = {"type": (exp.config.get("checkpoint_storage") or {}).get("type", "shared_fs")}
-    if path:
-        storage["path"] = path
+    from master.ckpt.storage import public_location
+
+    storage = public_location(exp.config.get("checkpoint_storage") or {}, ckpt_uuid)
     ckpt = Checkpoint(
         uuid=ckpt_uuid,
         trial_id=trial.id,
@@ -57,7 +56,7 @@ def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> C
         metadata_=metadata,
         resources=resources,
         size=sum(resources.values()),
-        state=str(body.get("state") or "COMPLETED"),
+        state="ACTIVE",  # registered only once every file is stored
         storage=storage,
     )
     db.session.add(ckpt)
@@ -94,6 +93,9 @@ def checkpoint_json(c: Checkpoint) -> dict:
         "resources": c.resources,
         "size": c.size,
         "state": c.state,
+        "state_reason": c.state_reason,
+        "delete_attempts": c.delete_attempts or 0,
+        "next_delete_at": iso(c.next_delete_at),
         "storage": c.storage,
         "reported_at": iso(c.reported_at),
     }

@@ -258,6 +258,7 @@ def _num_trials(exp: Experiment) -> int:
 
 
 def experiment_json(exp: Experiment) -> dict:
+    from master.ckpt.storage import redact_config
     from master.db import iso
 
     searcher = exp.config.get("searcher", {})
@@ -267,7 +268,7 @@ def experiment_json(exp: Experiment) -> dict:
         "description": exp.description,
         "state": exp.state.value,
         "owner": exp.owner.username if exp.owner else None,
-        "config": exp.config,
+        "config": redact_config(exp.config),  # storage credentials masked
         "progress": exp.progress,
         "num_trials": _num_trials(exp),
         "best_trial_id": exp.best_trial_id,

@@ -9,13 +9,15 @@ Nothing else in the master assigns a `.state` (tests/unit/test_architecture.py c
 from __future__ import annotations
 
 from master.db import db, utcnow
-from master.models import Agent, Allocation, Experiment, StateChange, Trial
+from master.models import Agent, Allocation, Checkpoint, Experiment, StateChange, Trial
 from master.states import (
     AGENT_TRANSITIONS,
     ALLOCATION_TRANSITIONS,
+    CHECKPOINT_TRANSITIONS,
     TRANSITIONS,
     AgentState,
     AllocationState,
+    CheckpointState,
     State,
     check_in_table,
     is_terminal,
@@ -85,6 +87,19 @@ def set_agent_state(agent: Agent, dst: AgentState, why: str) -> bool:
         return False
     agent.state = dst
     _record("agent", agent.id, src, dst, why)
+    return True
+
+
+def set_checkpoint_state(ckpt: Checkpoint, dst: CheckpointState, why: str) -> bool:
+    """Move a checkpoint through its deletion states; its latest reason stays on the row."""
+    src = CheckpointState.ACTIVE if ckpt.state == "COMPLETED" else CheckpointState(ckpt.state)
+    check_in_table(CHECKPOINT_TRANSITIONS, "checkpoint", ckpt.uuid, src, dst)
+    if src == dst:
+        return False
+    ckpt.state = dst.value
+    ckpt.state_reason = why[:MAX_REASON]
+    ckpt.state_changed_at = utcnow()
+    _record("checkpoint", ckpt.uuid, src, dst, why)
     return True
 
 

@@ -263,7 +263,7 @@ def test_command_line() -> None:
 
 
 def test_app_is_importable_without_a_master() -> None:
-    assert DetTUI.MODES.keys() == {"cluster", "queue", "experiments"}
+    assert DetTUI.MODES.keys() == {"cluster", "queue", "experiments", "models"}
 
 
 def test_fake_client_implements_the_api() -> None:

@@ -1,0 +1,153 @@
+"""What S3 and GCS share: checkpoints as objects `<prefix>/<uuid>/<relative path>`.
+
+Files are staged on local disk: `store_path` yields a temp dir and uploads it all when the
+context exits cleanly (nothing when it raises), `restore_path` downloads into a temp dir. The
+subclasses only move bytes (`_upload_files`, `_download_files`, `_list`, `_delete_keys`); they
+transfer many files concurrently, so a checkpoint of many small files is not one round trip per
+file in sequence.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import fnmatch
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.storage import METADATA_FILE, Selector, StorageManager, list_resources
+
+# Files a worker transfers at once (the SDKs' own defaults are 10 for boto3, 8 for GCS).
+DEFAULT_CONCURRENCY = 16
+
+
+def check_uuid(uuid: str) -> str:
+    if not uuid or "/" in uuid or uuid in (".", ".."):
+        raise ValueError(f"invalid checkpoint uuid {uuid!r}")
+    return uuid
+
+
+class ObjectStorageManager(StorageManager):
+    """A bucket (and optional prefix) of checkpoint objects."""
+
+    scheme = "object"
+
+    def __init__(self, bucket: str, prefix: str | None = None, temp_dir: str | None = None) -> None:
+        if not bucket:
+            raise ValueError("checkpoint_storage.bucket is required")
+        self.bucket = bucket
+        self.prefix = (prefix or "").strip("/")
+        self.temp_dir = temp_dir
+
+    # -- the bytes: one implementation per SDK ---------------------------------------------
+    @abc.abstractmethod
+    def _upload_files(self, files: list[tuple[Path, str]]) -> None:
+        """Upload every `(local file, key)`; raise if any fails."""
+
+    @abc.abstractmethod
+    def _download_files(
+        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+    ) -> None:
+        """Download every `(key, local file)` (`sizes`: known object sizes); raise if any fails."""
+
+    @abc.abstractmethod
+    def _list(self, prefix: str) -> dict[str, int]:
+        """`{key: size}` of every object whose key starts with `prefix`."""
+
+    @abc.abstractmethod
+    def _delete_keys(self, keys: list[str]) -> None:
+        """Delete objects (a key already gone counts as deleted)."""
+
+    @abc.abstractmethod
+    def _read(self, key: str) -> bytes | None:
+        """One object's bytes, or None when it does not exist."""
+
+    # -- keys --------------------------------------------------------------------------------
+    def _root(self, uuid: str) -> str:
+        check_uuid(uuid)
+        return f"{self.prefix}/{uuid}/" if self.prefix else f"{uuid}/"
+
+    def location(self, uuid: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{self._root(uuid)}"
+
+    def list_files(self, uuid: str) -> dict[str, int]:
+        root = self._root(uuid)
+        return {key[len(root) :]: size for key, size in self._list(root).items()}
+
+    def exists(self, uuid: str) -> bool:
+        return self._read(self._root(uuid) + METADATA_FILE) is not None
+
+    def read_metadata(self, uuid: str) -> dict[str, Any] | None:
+        raw = self._read(self._root(uuid) + METADATA_FILE)
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return None
+
+    # -- StorageManager ------------------------------------------------------------------------
+    def upload(self, src: Path, uuid: str, paths: set[str] | None = None) -> None:
+        src = Path(src)
+        root = self._root(uuid)
+        rels = paths if paths is not None else set(list_resources(src))
+        files = [
+            (src / rel, root + rel)
+            for rel in sorted(rels)
+            if not rel.endswith("/") and (src / rel).is_file()
+        ]
+        if files:
+            self._upload_files(files)
+
+    def download(self, uuid: str, dst: Path, selector: Selector | None = None) -> None:
+        dst = Path(dst)
+        names = self.list_files(uuid)
+        if not names:
+            raise FileNotFoundError(f"checkpoint {uuid} not found at {self.location(uuid)}")
+        root = self._root(uuid)
+        files = []
+        sizes = {root + rel: size for rel, size in names.items()}
+        for rel in sorted(names):
+            if rel.endswith("/") or (selector is not None and not selector(rel)):
+                continue
+            target = dst / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            files.append((root + rel, target))
+        if files:
+            self._download_files(files, sizes)
+
+    def delete(self, uuid: str, globs: list[str] | None = None) -> None:
+        root = self._root(uuid)
+        keys = list(self._list(root))
+        if globs is not None:
+            keys = [k for k in keys if any(fnmatch.fnmatch(k[len(root) :], g) for g in globs)]
+        if keys:
+            self._delete_keys(keys)
+
+    @contextlib.contextmanager
+    def store_path(self, uuid: str) -> Iterator[Path]:
+        tmp = Path(tempfile.mkdtemp(prefix=f"det-ckpt-{uuid[:8]}-", dir=self.temp_dir))
+        try:
+            yield tmp
+            self.upload(tmp, uuid)  # only a cleanly written checkpoint leaves this machine
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def restore_path(self, uuid: str, selector: Selector | None = None) -> Iterator[Path]:
+        tmp = Path(tempfile.mkdtemp(prefix=f"det-restore-{uuid[:8]}-", dir=self.temp_dir))
+        try:
+            self.download(uuid, tmp, selector)
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def env_or(config: dict[str, Any], key: str, env: str) -> str | None:
+    value = config.get(key)
+    return str(value) if value else os.environ.get(env) or None

@@ -1,0 +1,94 @@
+"""User-asked deletions: checkpoints, or a whole experiment (its checkpoints, then its rows)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select
+
+from master.ckpt import gc
+from master.ckpt.states import CheckpointState, state_of
+from master.db import db
+from master.errors import BadRequest, Conflict, NotFound
+from master.models import Checkpoint, Experiment
+from master.states import is_terminal
+
+
+def delete_checkpoints(
+    uuids: list[str], may_change: Callable[[int], None] | None = None
+) -> list[Checkpoint]:
+    """Mark the checkpoints DELETING (the GC job removes the files); registered ones refuse."""
+    if not uuids or not all(isinstance(u, str) for u in uuids):
+        raise BadRequest("give a list of checkpoint uuids", path="checkpoint_uuids")
+    rows = list(db.session.execute(select(Checkpoint).where(Checkpoint.uuid.in_(uuids))).scalars())
+    missing = sorted(set(uuids) - {c.uuid for c in rows})
+    if missing:
+        raise NotFound(f"checkpoint(s) not found: {', '.join(missing)}")
+    for exp_id in sorted({c.experiment_id for c in rows}):
+        if may_change is not None:
+            may_change(exp_id)  # raises before anything is marked
+    gc.mark_for_deletion(rows, "deleted by a user")
+    db.session.commit()
+    return rows
+
+
+def delete_experiment(exp: Experiment) -> dict[str, Any]:
+    """Delete an ended experiment's checkpoint files (not registered ones), then its rows.
+
+    Files are deleted now, by the master; if any fail, the experiment stays (with the failures
+    recorded on the checkpoints and retried by the GC job) and the call reports them.
+    """
+    if not is_terminal(exp.state):
+        raise Conflict(
+            f"experiment {exp.id} is {exp.state}; kill it (or wait for it to end) before deleting"
+        )
+    rows = list(
+        db.session.execute(select(Checkpoint).where(Checkpoint.experiment_id == exp.id)).scalars()
+    )
+    registered = gc.registered_uuids([c.uuid for c in rows])
+    storage = dict(exp.config.get("checkpoint_storage") or {})
+    doomed = [c for c in rows if c.uuid not in registered]
+    gc.mark_for_deletion(
+        [c for c in doomed if state_of(c) != CheckpointState.DELETED],
+        f"experiment {exp.id} deleted",
+    )
+    db.session.commit()
+    waiting = [c.uuid for c in doomed if state_of(c) != CheckpointState.DELETED]
+    if waiting and not gc.master_reaches(storage):
+        raise Conflict(
+            f"experiment {exp.id}: agents are deleting its {len(waiting)} checkpoint(s) (the "
+            "master cannot reach their storage); delete the experiment again once they are done"
+        )
+    failed: dict[str, str] = {}
+    now = [c for c in doomed if state_of(c) != CheckpointState.DELETED]
+    with gc.RUN_LOCK:  # not at the same time as the GC job's deletions
+        for c in now:
+            db.session.refresh(c)
+            if state_of(c) == CheckpointState.DELETED:
+                continue
+            if state_of(c) == CheckpointState.DELETE_FAILED:
+                gc.transition(c, CheckpointState.DELETING, f"experiment {exp.id} deleted (retry)")
+            try:
+                gc.delete_files(storage, c.uuid)
+                error = None
+            except Exception as e:  # noqa: BLE001 - reported to the caller, retried by the job
+                error = f"{type(e).__name__}: {e}"
+                failed[c.uuid] = error
+            gc.record_result(c, error)
+            db.session.commit()
+    if failed:
+        first = next(iter(failed.items()))
+        raise Conflict(
+            f"experiment {exp.id} not deleted: {len(failed)} checkpoint(s) could not be "
+            f"deleted (retried in the background), e.g. {first[0]}: {first[1]}"
+        )
+    freed = sum(int(c.size or 0) for c in now)
+    db.session.delete(exp)
+    db.session.commit()
+    return {
+        "experiment_id": exp.id,
+        "checkpoints_deleted": len(now),
+        "bytes_freed": freed,
+        "registered_kept": sorted(registered),
+    }

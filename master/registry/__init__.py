@@ -1,0 +1,1 @@
+"""The model registry: models, numbered versions pointing at checkpoints, aliases."""
