@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness.api._errors import NotFound
+from harness.api import NotFound
 from harness.cli._common import Cli, add_json_flag, print_json, print_table, size
 from harness.cli.checkpoint import confirm
 
