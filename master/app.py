@@ -61,6 +61,9 @@ def create_app(config: MasterConfig, *, start_background: bool = True) -> Flask:
     register_error_handlers(app)
     app.before_request(authenticate)
     register_api(app)
+    from master.web import register_web
+
+    register_web(app)  # the web pages at /
     if start_background:
         from master.jobs import start_jobs
         from master.services.scheduling import Kicker
