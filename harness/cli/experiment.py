@@ -47,10 +47,16 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
     client = cli.client()
     exp = client.create_experiment(text, model_def, activate=not args.paused)
     cli.out.write(f"Created experiment {exp['id']}\n")
+    cli.out.write(f"Web page: {page_url(cli.master, exp['id'])}\n")
     cli.out.flush()
     if not args.follow:
         return 0
     return 0 if follow_experiment(client, exp["id"]) == "COMPLETED" else 1
+
+
+def page_url(master: str, exp_id: int) -> str:
+    """The experiment's page on the master's web UI."""
+    return f"{master.rstrip('/')}/experiments/{exp_id}"
 
 
 EXP_COLUMNS = [
@@ -102,6 +108,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
         "progress": percent(exp.get("progress")),
         "created_at": when(exp.get("created_at")),
         "ended_at": when(exp.get("ended_at")),
+        "web_page": page_url(cli.master, exp["id"]),
     }
     print_fields(
         cli,
@@ -121,6 +128,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
             ("Resource pool", "resource_pool"),
             ("Created", "created_at"),
             ("Ended", "ended_at"),
+            ("Web page", "web_page"),
         ],
     )
     cli.out.write("\n")

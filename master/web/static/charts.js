@@ -37,13 +37,16 @@
     if (!window.uPlot) { this.el.textContent = "Chart library not installed (scripts/install)."; return; }
     if (log) data = positiveOnly(data);
     var key = labels.join("|") + (log ? ":log" : "");
+    this.el.dataset.seriesPoints = data.slice(1).map(function (col) {
+      return col.filter(function (v) { return v != null; }).length;
+    }).join(",");
     if (this.u && key === this.key) { this.u.setData(data); return; }
     if (this.u) this.u.destroy();
     this.el.textContent = "";
     this.key = key;
     var series = [{ label: xLabel || "batches" }];
     labels.forEach(function (l, i) {
-      series.push({ label: l, stroke: color(i), width: 1.5, spanGaps: true, points: { show: false } });
+      series.push({ label: l, stroke: color(i), width: 1.5, spanGaps: true });
     });
     var opts = {
       width: Math.max(280, this.el.clientWidth || 600),
