@@ -12,8 +12,9 @@ from sqlalchemy import select
 from master.db import db, iso
 from master.errors import BadRequest, NotFound
 from master.models import TaskLog, Trial
+from master.services.chart_series import chart_metric_names, chart_series
 from master.services.logs import read_logs
-from master.services.metrics import GROUPS, metric_names, metric_series
+from master.services.metrics import GROUPS
 
 
 def _log_json(r: TaskLog) -> dict:
@@ -71,7 +72,7 @@ def experiment_metric_names(trials: list[Trial], sample: int = 5) -> dict[str, l
     latest validation), without reading every metric row of a large experiment."""
     out: dict[str, set[str]] = {g: set() for g in GROUPS}
     for t in trials[:sample]:
-        for group, names in metric_names(t.id).items():
+        for group, names in chart_metric_names(t.id).items():
             out[group].update(names)
     for t in trials:
         if t.latest_validation:
@@ -89,7 +90,7 @@ def learning_curves(
         raise BadRequest("metric is required", path="metric")
     out: dict[int, dict[str, list]] = {}
     for t in trials[:max_trials]:
-        series, _ = metric_series(t.id, group, [metric], max_points)
+        series, _ = chart_series(t.id, group, [metric], max_points)
         if series[metric]["steps"]:
             out[t.id] = series[metric]
     return out

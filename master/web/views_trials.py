@@ -10,7 +10,7 @@ from master.api._util import bool_arg, float_arg, int_arg
 from master.db import utcnow
 from master.errors import BadRequest
 from master.services import logs as log_svc
-from master.services import metrics as metric_svc
+from master.services.chart_series import chart_metric_names, chart_series
 from master.services.checkpoints import checkpoints_of
 from master.services.experiment_list import live_allocation_states
 from master.services.trial_views import iter_log_text, tail_logs, trials_by_ids
@@ -30,7 +30,7 @@ def trial(trial_id: int):  # type: ignore[no-untyped-def]
     search = (request.args.get("q") or "").strip()
     before = int_arg("before", 0) or None
     logs = tail_logs(trial_id, LOG_TAIL, contains=search or None, before=before)
-    names = metric_svc.metric_names(trial_id)
+    names = chart_metric_names(trial_id)
     exp = t.experiment
     default_metric = exp.config.get("searcher", {}).get("metric")
     return render_template(
@@ -83,21 +83,27 @@ def trial_logs_download(trial_id: int):  # type: ignore[no-untyped-def]
 
 @bp.get("/trials/<int:trial_id>/series.json")
 def trial_series(trial_id: int):  # type: ignore[no-untyped-def]
-    """The master's downsampled series (min/max per bucket) for the charts."""
+    """The master's downsampled series for the charts: a long series first as a strided
+    sample (fast), then with `exact=1` as the min/max envelope."""
     t = get_trial(trial_id)
     names = fmt.split_list(request.args, "names")
     if not names:
         raise BadRequest("names is required (metric names, comma-separated)", path="names")
     group = request.args.get("group") or "training"
-    series, downsampled = metric_svc.metric_series(
-        trial_id, group, names[:20], int_arg("max_points", 1000, 10, 20_000)
+    series, reduction = chart_series(
+        trial_id,
+        group,
+        names[:20],
+        int_arg("max_points", 1000, 10, 20_000),
+        exact=bool_arg("exact"),
     )
     return jsonify(
         {
             "trial_id": trial_id,
             "group": group,
             "series": series,
-            "downsampled": downsampled,
+            "reduction": reduction,
+            "downsampled": reduction != "all",
             "state": t.state,
         }
     )
@@ -138,7 +144,7 @@ def compare():  # type: ignore[no-untyped-def]
     names: set[str] = set()
     groups: dict[str, set[str]] = {"training": set(), "validation": set()}
     for t in trials:
-        for group, ns in metric_svc.metric_names(t.id).items():
+        for group, ns in chart_metric_names(t.id).items():
             groups[group].update(ns)
             names.update(ns)
     default = next((t.experiment.config.get("searcher", {}).get("metric") for t in trials), None)

@@ -358,3 +358,29 @@ def test_third_party_files_come_from_the_npm_install(app: Flask) -> None:
     assert c.get("/static/vendor/..%2Fpackage.json").status_code == 404
     assert c.get("/static/vendor/left-pad.js").status_code == 404
     assert c.get("/static/web/app.js").status_code == 200
+
+
+def test_long_series_answer_fast_then_exact(
+    app: Flask, client: FlaskClient, admin_auth: dict
+) -> None:
+    """A series spanning more steps than the exact path handles comes first as a strided
+    sample (one index probe per point), then, asked with exact=1, as the min/max envelope."""
+    _, trial_id, spec = _running_trial(app, client, admin_auth)
+    reports = [
+        {"group": "training", "steps_completed": s, "metrics": {"loss": 1.0}}
+        for s in range(0, 100_001, 1000)
+    ] + [{"group": "training", "steps_completed": 50_500, "metrics": {"loss": 99.0}}]
+    r = client.post(
+        f"/api/v1/trials/{trial_id}/metrics", json={"reports": reports}, headers=trial_auth(spec)
+    )
+    assert r.status_code == 200
+    web = signed_in(app)
+    fast = web.get(f"/trials/{trial_id}/series.json?names=loss&max_points=11").json
+    assert fast["reduction"] == "sampled" and fast["downsampled"] is True
+    assert fast["series"]["loss"]["steps"] == list(range(0, 100_001, 10_000))
+    assert 99.0 not in fast["series"]["loss"]["values"]  # a sample can miss a spike...
+    exact = web.get(f"/trials/{trial_id}/series.json?names=loss&max_points=11&exact=1").json
+    assert exact["reduction"] == "minmax"
+    assert 99.0 in exact["series"]["loss"]["values"]  # ...the min/max envelope keeps it
+    page = web.get(f"/trials/{trial_id}")
+    assert 'value="training:loss"' in page.text  # names from the long series' ends

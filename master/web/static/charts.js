@@ -88,11 +88,30 @@
       var p = picked(form);
       if (!p) { plot.el.textContent = "No metrics reported yet."; return Promise.resolve(form.dataset.live === "yes"); }
       var url = form.dataset.url + "?group=" + encodeURIComponent(p.group) + "&names=" + encodeURIComponent(p.name) + "&max_points=1000";
-      return getJSON(url).then(function (d) {
+      var key = p.group + ":" + p.name + (logY(form) ? ":log" : "");
+      function last(d) {
+        var s = d.series[p.name];
+        return s && s.steps.length ? s.steps[s.steps.length - 1] : -1;
+      }
+      function show(d) {
         var s = d.series[p.name] || { steps: [], values: [] };
         plot.draw([p.group + " " + p.name], [s.steps, s.values], logY(form));
         plot.el.dataset.points = String(s.steps.length);
-        note(form, s.steps.length + " points" + (d.downsampled ? " (downsampled by the master)" : ""));
+        plot.el.dataset.reduction = d.reduction || "";
+        plot.el.dataset.lastStep = String(last(d));
+        var how = { all: "", minmax: " (min/max per bucket)", sampled: " (sampled; loading min/max…)" }[d.reduction] || "";
+        note(form, s.steps.length + " points" + how);
+      }
+      return getJSON(url).then(function (d) {
+        // Once the exact envelope is drawn, a sample replaces it only when it has newer steps.
+        var keep = d.reduction === "sampled" && form.dataset.exactFor === key &&
+          last(d) <= Number(plot.el.dataset.lastStep || -1);
+        if (!keep) show(d);
+        if (d.reduction === "sampled" && form.dataset.exactFor !== key) {
+          form.dataset.exactFor = key;
+          getJSON(url + "&exact=1").then(function (e) { if (form.dataset.exactFor === key) show(e); })
+            .catch(function (e) { note(form, String(e.message || e)); });
+        }
         var ended = ["COMPLETED", "CANCELED", "ERROR"].indexOf(d.state) >= 0;
         return form.dataset.live === "yes" && !ended;
       });
