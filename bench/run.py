@@ -28,6 +28,7 @@ from bench import (  # noqa: E402
     trial_overhead,
     trial_throughput,
     tui_refresh,
+    web_pages,
 )
 
 
@@ -51,6 +52,7 @@ def main() -> int:
         ),
         trial_overhead.NAME: lambda a: trial_overhead.run(n=a.trials, ray=a.ray, docs=a.docs),
         scheduler_pass.NAME: lambda a: scheduler_pass.run(passes=a.passes, docs=a.docs),
+        web_pages.NAME: lambda a: web_pages.run(mlflow=a.mlflow, docs=a.docs),
     }
     parser.add_argument(
         "names", nargs="*", metavar="NAME", help=f"{', '.join(benchmarks)} (default: all)"
