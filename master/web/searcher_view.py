@@ -74,15 +74,33 @@ def searcher_summary(config: dict) -> list[tuple[str, str]]:
         out.append(("Max length", f"{n} {unit}"))
     elif ml:
         out.append(("Max length", str(ml)))
-    for key, label in (
-        ("max_trials", "Max trials"),
-        ("max_concurrent_trials", "Max concurrent"),
-        ("mode", "Mode"),
-        ("divisor", "Divisor"),
-        ("max_rungs", "Max rungs"),
-        ("time_metric", "Time metric"),
-        ("sampler", "Sampler"),
-    ):
+    name = s.get("name")
+    shown = {
+        "single": (),
+        "grid": ("max_concurrent_trials",),
+        "random": ("max_trials", "max_concurrent_trials"),
+    }.get(
+        str(name),
+        (
+            "max_trials",
+            "max_concurrent_trials",
+            "mode",
+            "divisor",
+            "max_rungs",
+            "time_metric",
+            "sampler",
+        ),
+    )
+    labels = {
+        "max_trials": "Max trials",
+        "max_concurrent_trials": "Max concurrent",
+        "mode": "Mode",
+        "divisor": "Divisor",
+        "max_rungs": "Max rungs",
+        "time_metric": "Time metric",
+        "sampler": "Sampler",
+    }
+    for key in shown:
         if s.get(key) not in (None, ""):
-            out.append((label, str(s[key])))
+            out.append((labels[key], str(s[key])))
     return out

@@ -176,6 +176,16 @@ def test_watch_pause_and_compare_in_chromium(cluster_factory, tmp_path: Path, br
     assert "loss_offset" in table
     shot(browser, "compare")
 
+    # A finished experiment: its curves and one scatter per hyperparameter against the metric.
+    browser.get(f"{cluster.url}/experiments/{quick}")
+    wait_for(lambda: count(browser, "#curves-chart .uplot canvas") == 1, 30, what="curves")
+    wait_for(lambda: count(browser, "#scatters .uplot") == 3, 30, what="hparam scatters")
+    browser.find_element(By.CSS_SELECTOR, '#curves input[name="logy"]').click()
+    wait_for(lambda: count(browser, "#curves-chart .uplot canvas") == 1, 30, what="log-y curves")
+    shot(browser, "experiment-completed")
+    browser.execute_script("document.getElementById('hparams').scrollIntoView()")
+    shot(browser, "experiment-scatters")
+
     # The cluster page: the agent's two slots.
     browser.get(f"{cluster.url}/cluster")
     assert count(browser, ".slot") == 2

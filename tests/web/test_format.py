@@ -114,4 +114,8 @@ def test_asha_rungs_follow_the_searcher_state() -> None:
     assert asha_brackets(single, None) == []
     labels = dict(searcher_summary(config))
     assert labels["Searcher"] == "adaptive_asha" and labels["Max length"] == "64 batches"
-    assert labels["Metric"] == "loss (smaller is better)"
+    assert labels["Metric"] == "loss (smaller is better)" and labels["Mode"] == "aggressive"
+    single = validate_experiment_config(
+        load_yaml(ASHA.replace("adaptive_asha", "single").replace("mode: aggressive", ""))
+    )
+    assert [k for k, _ in searcher_summary(single)] == ["Searcher", "Metric", "Max length"]
