@@ -130,6 +130,8 @@ def test_watch_pause_and_compare_in_chromium(cluster_factory, tmp_path: Path, br
     # Times are rewritten in the viewer's locale.
     assert count(browser, "time[data-local]") > 0
     shot(browser, "trial-live")
+    browser.execute_script("document.getElementById('logs').scrollIntoView()")
+    shot(browser, "trial-logs")
 
     # The experiment page: learning curves, then pause from the page.
     browser.get(f"{cluster.url}/experiments/{slow}")
