@@ -72,7 +72,8 @@ def _gate():  # type: ignore[no-untyped-def]
     if request.endpoint in PUBLIC:
         return None
     if current_user() is None:
-        if wants_json():
+        if wants_json() or request.headers.get("HX-Request"):
+            # A script's request (a live refresh) must not swap the sign-in page into a table.
             resp = jsonify({"error": {"code": "unauthenticated", "message": "sign in first"}})
             resp.status_code = 401
             return resp

@@ -39,6 +39,9 @@ def test_signed_out_visitors_go_to_sign_in(app: Flask) -> None:
     assert c.get("/").status_code == 302
     r = c.get("/trials/1/logs.json")
     assert r.status_code == 401 and r.json["error"]["code"] == "unauthenticated"
+    # A live refresh after the session ended gets 401 (htmx swaps nothing), not the sign-in page.
+    r = c.get("/experiments/rows", headers={"HX-Request": "true"})
+    assert r.status_code == 401
     login = c.get("/login")
     assert login.status_code == 200 and 'name="password"' in login.text
 
