@@ -165,14 +165,19 @@ def follow_logs(
     url: str, password: str, agent_token: str, trial_id: int, followers: int, seconds: float
 ) -> dict[str, Any]:
     """`followers` sessions long-poll the trial's logs while this script ships 20 lines/s."""
-    stop_at = time.monotonic() + seconds
+    signed = web_session(url, password)  # one sign-in; every follower presents its cookie
+    sessions = []
+    for _ in range(followers):
+        s = requests.Session()
+        s.cookies.update(signed.cookies)
+        sessions.append(s)
+    stop_at = time.monotonic() + seconds + 2.0
     sent: dict[str, float] = {}
     lags: list[float] = []
     lock = threading.Lock()
     errors: list[str] = []
 
-    def follower() -> None:
-        s = web_session(url, password)
+    def follower(s: requests.Session) -> None:
         after = 0
         while time.monotonic() < stop_at:
             try:
@@ -193,14 +198,14 @@ def follow_logs(
                         lags.append(now - sent[line["line"]])
             after = page["last_seq"]
 
-    threads = [threading.Thread(target=follower, daemon=True) for _ in range(followers)]
+    threads = [threading.Thread(target=follower, args=(s,), daemon=True) for s in sessions]
     for t in threads:
         t.start()
     time.sleep(2.0)  # all followers waiting
     agent = requests.Session()
     agent.headers["Authorization"] = f"Bearer {agent_token}"
     page_times: list[float] = []
-    viewer = web_session(url, password)
+    viewer = signed
     i = 0
     while time.monotonic() < stop_at - 1.0:
         line = f"bench line {i} {secrets.token_hex(4)}"

@@ -1,11 +1,11 @@
 """Metric series for charts that open as fast for a 1,000,000-point trial as for a short one.
 
-`metrics.metric_series` (the REST API's) reads every row and keeps each bucket's min and max: exact
-but linear in the series length (seconds for a million rows). Here a long series on PostgreSQL is
-first answered with a *strided sample*: one indexed probe per chart point at evenly spaced steps
-(`ix_metrics_trial_group_steps`), a few milliseconds whatever the length. The page then asks for
-the exact min/max envelope (`exact=True`) in the background. Short series (and SQLite) always get
-the exact answer.
+`metrics.metric_series` (the REST API's) reads every row into Python and keeps each bucket's min
+and max: exact, but about a minute for a million rows. Here a long series on PostgreSQL is first
+answered with a *strided sample*: one indexed probe per chart point at evenly spaced steps
+(`ix_metrics_trial_group_steps`), tens of milliseconds whatever the length. The page then asks for
+the exact min/max envelope (`exact=True`), computed by PostgreSQL in one scan (about 1.5 s for a
+million rows). Short series (and SQLite) always get `metric_series`' exact answer.
 """
 
 from __future__ import annotations
@@ -39,6 +39,25 @@ _SAMPLE_SQL = text(
       ORDER BY steps_completed LIMIT 1
     ) AS m
     ORDER BY m.steps_completed
+    """
+)
+
+# Each bucket's smallest and largest value with the step it was reported at (arrays compare
+# element by element), in one scan of the series: about 1.5 s for a million rows.
+_ENVELOPE_SQL = text(
+    """
+    WITH r AS (
+      SELECT (SELECT steps_completed FROM metrics WHERE trial_id = :t AND "group" = :g
+              ORDER BY steps_completed LIMIT 1) AS lo,
+             (SELECT steps_completed FROM metrics WHERE trial_id = :t AND "group" = :g
+              ORDER BY steps_completed DESC LIMIT 1) AS hi
+    )
+    SELECT width_bucket(m.steps_completed, r.lo, r.hi + 1, :b) AS k,
+           min(ARRAY[(m.metrics ->> :name)::float8, m.steps_completed::float8]),
+           max(ARRAY[(m.metrics ->> :name)::float8, m.steps_completed::float8])
+    FROM metrics m, r
+    WHERE m.trial_id = :t AND m."group" = :g AND jsonb_typeof(m.metrics -> :name) = 'number'
+    GROUP BY k ORDER BY k
     """
 )
 
@@ -89,9 +108,12 @@ def chart_series(
     """Series per name and how they were reduced: "all", "minmax" (exact) or "sampled"."""
     if group not in GROUPS:
         raise BadRequest("group must be 'training' or 'validation'", path="group")
-    if exact or not is_long(trial_id, group):
+    long = is_long(trial_id, group)
+    if not long:
         series, downsampled = metric_series(trial_id, group, names, max_points)
         return series, "minmax" if downsampled else "all"
+    if exact:
+        return {n: _envelope(trial_id, group, n, max_points) for n in names}, "minmax"
     out: dict[str, dict[str, list]] = {n: {"steps": [], "values": []} for n in names}
     rows = db.session.execute(_SAMPLE_SQL, {"t": trial_id, "g": group, "n": max_points})
     for steps, metrics in rows:
@@ -102,6 +124,19 @@ def chart_series(
             out[name]["steps"].append(int(steps))
             out[name]["values"].append(float(v))
     return out, "sampled"
+
+
+def _envelope(trial_id: int, group: str, name: str, max_points: int) -> dict[str, list]:
+    steps: list[int] = []
+    values: list[float] = []
+    rows = db.session.execute(
+        _ENVELOPE_SQL, {"t": trial_id, "g": group, "name": name, "b": max(1, max_points // 2)}
+    )
+    for _k, lo, hi in rows:
+        for step, value in sorted({(lo[1], lo[0]), (hi[1], hi[0])}):
+            steps.append(int(step))
+            values.append(float(value))
+    return {"steps": steps, "values": values}
 
 
 def chart_metric_names(trial_id: int) -> dict[str, list[str]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sqlalchemy import Select, func, select
-from sqlalchemy.orm import selectinload
+from sqlalchemy.orm import defer, selectinload
 
 from master.db import db
 from master.errors import BadRequest
@@ -76,13 +76,24 @@ def _order(q: ExperimentQuery):  # type: ignore[no-untyped-def]
         "ended": Experiment.ended_at,
     }[q.sort]
     primary = column.desc() if q.descending else column.asc()
+    if q.sort in ("best", "ended"):  # nullable: experiments without one go last either way
+        primary = primary.nulls_last()
+    if q.sort == "id":  # matches the primary key's index (a backward scan, no sort)
+        return [primary]
     tie = Experiment.id.desc() if q.descending else Experiment.id.asc()
-    return [primary.nulls_last(), tie]
+    return [primary, tie]
 
 
 def list_experiments(q: ExperimentQuery) -> ExperimentPage:
     """One page of experiments (owners loaded), the total that match, and their trial counts."""
-    stmt = _filtered(select(Experiment), q).options(selectinload(Experiment.owner))
+    # The model definition, the submitted YAML and the searcher's state can be large: a list
+    # never shows them (they load on access).
+    stmt = _filtered(select(Experiment), q).options(
+        selectinload(Experiment.owner),
+        defer(Experiment.model_def),
+        defer(Experiment.original_config),
+        defer(Experiment.searcher_state),
+    )
     if q.sort == "owner":
         stmt = stmt.join(User, Experiment.owner_id == User.id)
     rows = list(

@@ -385,5 +385,8 @@ def test_long_series_answer_fast_then_exact(
     exact = web.get(f"/trials/{trial_id}/series.json?names=loss&max_points=11&exact=1").json
     assert exact["reduction"] == "minmax"
     assert 99.0 in exact["series"]["loss"]["values"]  # ...the min/max envelope keeps it
+    steps = exact["series"]["loss"]["steps"]
+    assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == 100_000
+    assert 50_500 in steps
     page = web.get(f"/trials/{trial_id}")
     assert 'value="training:loss"' in page.text  # names from the long series' ends
