@@ -294,7 +294,11 @@ def run(
     if mlflow:
         from bench import _mlflow_ui
 
-        raw["mlflow"] = _mlflow_ui.run(min(experiments, 10_000))
+        try:
+            raw["mlflow"] = _mlflow_ui.run(min(experiments, 10_000))
+        except Exception as e:  # noqa: BLE001 - detlab's figures still count
+            raw["mlflow_error"] = f"{type(e).__name__}: {e}"[:300]
+            print(f"  MLflow side failed: {raw['mlflow_error']}", flush=True)
     rows = rows_of(raw)
     ok = (
         statistics.median(raw["first_page"]) <= PAGE_TARGET_S
@@ -365,6 +369,8 @@ def rows_of(raw: dict[str, Any]) -> list[Row]:
         ),
         ("lines shipped / follower errors", f"{f['lines']} / {len(f['errors'])}", ""),
     ]
+    if "mlflow_error" in raw:
+        rows.append(("MLflow UI side by side", f"failed: {raw['mlflow_error'][:120]}", ""))
     if "mlflow" in raw:
         m = raw["mlflow"]
         rows += [
