@@ -29,6 +29,7 @@ from bench import (  # noqa: E402
     trial_overhead,
     trial_throughput,
     tui_refresh,
+    web_pages,
 )
 
 
@@ -55,6 +56,7 @@ def main() -> int:
         checkpoint_transfer.NAME: lambda a: checkpoint_transfer.run(
             big_mb=a.big_mb, small_count=a.small_count, small_kb=a.small_kb, docs=a.docs
         ),
+        web_pages.NAME: lambda a: web_pages.run(mlflow=a.mlflow, docs=a.docs),
     }
     parser.add_argument(
         "names", nargs="*", metavar="NAME", help=f"{', '.join(benchmarks)} (default: all)"

@@ -52,6 +52,9 @@ def create_app(config: MasterConfig) -> Flask:
     register_error_handlers(app)
     app.before_request(authenticate)
     register_api(app)
+    from master.web import register_web
+
+    register_web(app)  # the web pages at /
     return app
 
 

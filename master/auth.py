@@ -232,3 +232,8 @@ def load_or_create_agent_token(data_dir: Path) -> str:
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return token
+
+
+def can_steer(p: Principal | None, owner_id: int) -> bool:
+    """Whether a user may change an experiment or job: its owner, or an admin."""
+    return p is not None and p.kind == "user" and (p.admin or p.user_id == owner_id)

@@ -68,6 +68,7 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
     _warn(cli, body)
     exp = body["experiment"]
     cli.out.write(f"Created experiment {exp['id']}\n")
+    cli.out.write(f"Web page: {page_url(cli.master, exp['id'])}\n")
     cli.out.flush()
     if not args.follow:
         return 0
@@ -79,6 +80,11 @@ def _warn(cli: Cli, body: dict) -> None:
 
     for w in body.get("warnings") or []:
         print(f"warning: {w}", file=sys.stderr)
+
+
+def page_url(master: str, exp_id: int) -> str:
+    """The experiment's page on the master's web UI."""
+    return f"{master.rstrip('/')}/experiments/{exp_id}"
 
 
 EXP_COLUMNS = [
@@ -134,6 +140,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
         "progress": percent(exp.get("progress")),
         "created_at": when(exp.get("created_at")),
         "ended_at": when(exp.get("ended_at")),
+        "web_page": page_url(cli.master, exp["id"]),
     }
     print_fields(
         cli,
@@ -153,6 +160,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
             ("Resource pool", "resource_pool"),
             ("Created", "created_at"),
             ("Ended", "ended_at"),
+            ("Web page", "web_page"),
         ],
     )
     from harness.cli.experiment_gc import describe_checkpoints

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -35,6 +36,7 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
         assert r.returncode == 0, out[-4000:]
         assert "COMPLETED" in out
         assert "latest checkpoint" in out
+        assert re.search(r"web page: http://\S+/experiments/\d+", out)
         assert "Stop: scripts/quickstart stop" in out
         assert (tmp_path / "qs" / "detlab.sqlite").exists(), "the embedded database was used"
     finally:

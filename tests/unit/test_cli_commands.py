@@ -272,6 +272,7 @@ def test_describe_trial_agents_checkpoints(
     assert run(url, "experiment", "describe", "1") == 0
     out = capsys.readouterr().out
     assert "Searcher metric:" in out and "val_loss" in out
+    assert "Web page:" in out and f"{url}/experiments/1" in out
     assert '{"lr": 0.1}' in out.splitlines()[-1]
     assert run(url, "trial", "describe", "5", "--metrics") == 0
     out = capsys.readouterr().out
@@ -405,7 +406,7 @@ def test_create_and_follow(
     cfg = tmp_path / "exp.yaml"
     cfg.write_text(GOOD)
     assert run(url, "experiment", "create", str(cfg), str(tmp_path / "model"), "--paused") == 0
-    assert capsys.readouterr().out == "Created experiment 7\n"
+    assert capsys.readouterr().out == f"Created experiment 7\nWeb page: {url}/experiments/7\n"
     assert c.created["config"] == GOOD and c.created["activate"] == "false"
     with tarfile.open(fileobj=io.BytesIO(c.created["model_def"]), mode="r:gz") as tar:
         assert tar.getnames() == ["train.py"]
