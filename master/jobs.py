@@ -78,6 +78,13 @@ def start_jobs(app: Flask) -> BackgroundScheduler:
         id="preemption_timeouts",
     )
     sched.add_job(_in_app(app, heartbeats.flush), "interval", seconds=1.0, id="heartbeats")
+    if any(p.provider is not None for p in cfg.resource_pools):
+        from master.db import utcnow
+        from master.provisioner.service import provision_pass
+
+        app.extensions["det_prov_started"] = utcnow()
+        # Launches and reaping (elastic agents); one pass at a time, cloud listing included.
+        sched.add_job(_in_app(app, provision_pass), "interval", seconds=1.0, id="provisioner")
     stats = TickStats()
     sched.add_listener(stats.record, EVENT_JOB_SUBMITTED)
     app.extensions["det_tick_stats"] = stats

@@ -10,3 +10,6 @@ from master.api import agents, allocations, auth, checkpoints, experiments, jobs
 def register_api(app: Flask) -> None:
     for module in (auth, experiments, trials, checkpoints, agents, allocations, jobs):
         app.register_blueprint(module.bp, url_prefix="/api/v1")
+    from master.provisioner import api as provisioner_api
+
+    app.register_blueprint(provisioner_api.bp, url_prefix="/api/v1")
