@@ -53,7 +53,10 @@ class GcpProvider:
             f'(labels.{POOL_TAG} = "{self.pool_label}")'
         )
         out = []
-        for inst in self.client.list(project=self.cfg.project, zone=self.cfg.zone, filter=flt):
+        req = compute_v1.ListInstancesRequest(
+            project=self.cfg.project, zone=self.cfg.zone, filter=flt
+        )
+        for inst in self.client.list(request=req):
             if inst.status in ("TERMINATED", "STOPPED"):
                 state = "terminated"
             elif inst.status == "RUNNING":
