@@ -213,6 +213,8 @@ def _busy_agents(agent_ids: list[str]) -> set[str]:
 def _ended(row: Instance, now: datetime, why: str) -> None:
     """The instance is gone: its token dies with it; an interrupted spot instance's trials
     queue again without a failure counted."""
+    if row.state == S.TERMINATING:  # keep why it was terminated, for the history
+        why = f"terminated ({row.state_reason})"
     transition(row, S.TERMINATED, why)
     row.terminated_at = now
     _revoke(row)

@@ -88,7 +88,9 @@ class Notice:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/latest/meta-data/spot/instance-action"
+        self.url = (
+            f"http://127.0.0.1:{self.server.server_port}/latest/meta-data/spot/instance-action"
+        )
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def interrupt(self) -> None:

@@ -155,7 +155,9 @@ def scenarios(draw):  # type: ignore[no-untyped-def]
                     f"i{i}",
                     launched_at=launched,
                     connected=True,
-                    free=tuple(range(slots - free, slots)) if kind == "busy" else tuple(range(slots)),
+                    free=tuple(range(slots - free, slots))
+                    if kind == "busy"
+                    else tuple(range(slots)),
                     busy=kind == "busy",
                     idle_since=None if kind == "busy" else NOW - draw(st.floats(0, 1000)),
                 )
@@ -258,9 +260,14 @@ def test_simulated_burst_scales_up_then_reaps_to_min() -> None:
             del insts[i]
         for _ in range(d.launch):
             n += 1
-            insts[f"i{n}"] = {"launched": t, "running": [], "idle_since": None, "connected_at": None}
+            insts[f"i{n}"] = {
+                "launched": t,
+                "running": [],
+                "idle_since": None,
+                "connected_at": None,
+            }
         # The scheduler: place queued trials on connected instances' free slots.
-        for i, x in insts.items():
+        for x in insts.values():
             while queue and t - x["launched"] >= 60 and len(x["running"]) < 2:
                 queue.pop(0)
                 x["running"].append(t + 3600)
