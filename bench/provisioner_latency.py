@@ -1,10 +1,11 @@
 """provisioner_latency: pending trial -> launch request, through a real master and boto3
 against moto's EC2 server on a loopback port.
 
-N experiments (after one not counted), one after another, each one 1-slot trial in an aws pool of 1-slot instances
-(none of them ever boots, so every trial needs an instance of its own). For each: the
-experiment's `created_at` -> the instance row's `launched_at` (written just before the
-RunInstances call) and -> the instance seen in EC2 (DescribeInstances from the benchmark).
+N experiments (after one not counted), one after another, each one 1-slot trial in an aws
+pool of 1-slot instances (none of them ever boots, so every trial needs an instance of its
+own). For each: the experiment's `created_at` -> the instance row's `launched_at` (written
+just before the RunInstances call) and -> the instance seen in EC2 (DescribeInstances from
+the benchmark).
 """
 
 from __future__ import annotations
