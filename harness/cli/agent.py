@@ -36,7 +36,7 @@ def provider_pools(cli: Cli) -> list[dict]:
     from harness.api import NotFound
 
     try:
-        return cli.client().session.get("/provisioner/pools")["pools"]
+        return cli.client().provisioner_pools()
     except NotFound:
         return []
 

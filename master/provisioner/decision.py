@@ -99,54 +99,52 @@ def decide(
     at_max = f"max_instances ({limits.max_instances}) reached"
     too_big: dict[int, str] = {}
     unfit = out.unfit
+    wanted = 0
     # The scheduler's order (priority, then FIFO): two stable single-key sorts, several times
     # cheaper than one sort on a tuple key for 10,000 requests.
     ordered = sorted(pending, key=_ORDER)
     ordered.sort(key=_PRIORITY)
+    fit_now, take_now, fit_new, take_new = index.fit, index.take, new.fit, new.take
     for k, req in enumerate(ordered):
         n = req.slots
         if n <= 0:
             continue
         if index.total >= n:
-            fit = index.fit(n, span=False)
+            fit = fit_now(n, span=False)
             if fit is not None:
                 for agent_id, count in fit:
-                    index.take(agent_id, count)
+                    take_now(agent_id, count)
                     needed.add(agent_id)
                 continue
         if n > n_slots:
-            if n not in too_big:
-                too_big[n] = f"needs {n} slots on one agent; this pool's instances have {n_slots}"
-            unfit[req.id] = too_big[n]
+            unfit[req.id] = too_big.get(n) or too_big.setdefault(n, _too_big(n, n_slots))
             continue
-        fit = new.fit(n, span=False) if new.total >= n else None
-        if fit is None:
-            out.wanted += 1
-            if launched >= room:
-                unfit[req.id] = at_max
-                if index.total == 0 and new.total == 0:
-                    # Nothing can be placed any more: the rest wait, counted in one sweep.
-                    for rest in ordered[k + 1 :]:
-                        m = rest.slots
-                        if m <= 0:
-                            continue
-                        if m > n_slots:
-                            unfit[rest.id] = too_big.setdefault(
-                                m,
-                                f"needs {m} slots on one agent; this pool's instances have "
-                                f"{n_slots}",
-                            )
-                        else:
-                            out.wanted += 1
-                            unfit[rest.id] = at_max
-                    break
+        if new.total >= n:
+            fit = fit_new(n, span=False)
+            if fit is not None:
+                for agent_id, count in fit:
+                    take_new(agent_id, count)
                 continue
-            launched += 1
-            vid = f"new-{launched}"
-            new.add_agent(vid, range(n_slots))
-            fit = [(vid, n)]
-        for agent_id, count in fit:
-            new.take(agent_id, count)
+        wanted += 1
+        if launched < room:
+            launched += 1  # a new instance (a virtual agent of `new`), n of its slots taken
+            if n < n_slots:
+                new.add_agent(launched, range(n, n_slots))
+            continue
+        unfit[req.id] = at_max
+        if index.total == 0 and new.total == 0:
+            # Nothing can be placed any more: the rest wait, counted in one sweep.
+            for rest in ordered[k + 1 :]:
+                m = rest.slots
+                if m <= 0:
+                    continue
+                if m > n_slots:
+                    unfit[rest.id] = too_big.setdefault(m, _too_big(m, n_slots))
+                else:
+                    wanted += 1
+                    unfit[rest.id] = at_max
+            break
+    out.wanted = wanted
 
     # Idle instances: the longest idle first, over max_instances at once, else after max_idle.
     idle = sorted(
@@ -182,6 +180,10 @@ def decide(
     launch = max(0, min(launch, limits.max_instances - count))
     out.launch = launch if launch_allowed else 0
     return out
+
+
+def _too_big(n: int, n_slots: int) -> str:
+    return f"needs {n} slots on one agent; this pool's instances have {n_slots}"
 
 
 def determined_rule(limits: PoolLimits, n_instances: int, pending_slots: int) -> int:

@@ -4,7 +4,6 @@ API, a metadata server for interruption notices, and booting an instance's agent
 from __future__ import annotations
 
 import base64
-import os
 import re
 import subprocess
 import threading
@@ -176,6 +175,3 @@ def poll_with(cluster: Cluster, agent_id: str, token: str) -> int:
         timeout=10,
     )
     return r.status_code
-
-
-__all__ = ["os"]
