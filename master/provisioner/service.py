@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 from flask import current_app
 from sqlalchemy import select
+from sqlalchemy.orm import selectinload
 
 from master.auth import token_cache
 from master.db import db, utcnow
@@ -260,7 +261,9 @@ def _decide(pool: str, pc: ProviderConfig, now: datetime) -> ScaleDecision:
     ids = {r.cloud_id for r in rows if r.cloud_id}
     agents = list(
         db.session.execute(
-            select(Agent).where(Agent.resource_pool == pool, Agent.state == "ACTIVE")
+            select(Agent)
+            .where(Agent.resource_pool == pool, Agent.state == "ACTIVE")
+            .options(selectinload(Agent.slots))
         ).scalars()
     )
     free = {

@@ -236,3 +236,65 @@ def test_spot_interruption_requeues_the_trial_without_a_failure(
     assert t["restarts"] == 0  # max_restarts: 0 -- a counted failure would have ended it
     logs = "\n".join(cluster.logs(t["id"]))
     assert "being interrupted" in logs and "resumed from" in logs
+
+
+def test_restart_mid_launch_links_the_instance_and_fails_the_launch_that_never_happened(
+    cluster_factory,
+    ec2,
+    moto_url,  # type: ignore[no-untyped-def]
+) -> None:
+    """A master killed between writing a launch's row and recording the cloud's answer: the
+    restarted master finds the instance by its launch tag (no duplicate, not an orphan); a row
+    whose cloud call never happened is marked FAILED, not launched again behind its back."""
+    import psycopg2
+
+    cluster = cluster_factory(
+        master_yaml=aws_yaml(moto_url, max_instances=2, max_agent_starting_period="10m")
+    )
+    cluster.stop_master(signal.SIGKILL)
+    made = ec2.run_instances(
+        ImageId="ami-0abcdef1234567890",
+        InstanceType="g4dn.xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": "detlab-test-master", "Value": "cluster-a"},
+                    {"Key": "detlab-pool", "Value": "gpu"},
+                    {"Key": "detlab-launch", "Value": "launch-made"},
+                ],
+            }
+        ],
+    )["Instances"][0]["InstanceId"]
+    conn = psycopg2.connect(cluster.db_url)
+    with conn, conn.cursor() as cur:
+        for launch_id in ("launch-made", "launch-lost"):
+            cur.execute(
+                "INSERT INTO instances (id, pool, provider, state, instance_type, slots, spot, "
+                "launched_at) VALUES (%s, 'gpu', 'aws', 'LAUNCHING', 'g4dn.xlarge', 1, false, "
+                "now() - interval '2 minutes')",
+                (launch_id,),
+            )
+    conn.close()
+    cluster.start_master()
+    rows = wait_for(
+        lambda: (
+            (
+                r := {
+                    x["id"]: x
+                    for x in pools(cluster)["gpu"]["instances"] + pools(cluster)["gpu"]["recent"]
+                }
+            )
+            and r["launch-made"]["state"] == "STARTING"
+            and r["launch-lost"]["state"] == "FAILED"
+            and r
+        ),
+        30,
+        what="rows reconciled",
+    )
+    assert rows["launch-made"]["cloud_id"] == made
+    assert "interrupted" in rows["launch-lost"]["state_reason"]
+    time.sleep(3)  # a few passes: nothing else launched, the linked instance kept
+    assert [i["InstanceId"] for i in live(ec2)] == [made]
