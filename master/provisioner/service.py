@@ -107,7 +107,7 @@ def pool_pass(name: str, pc: ProviderConfig, now: Callable[[], datetime] = utcno
     provider = provider_for(name, pc)
     cloud = provider.list_instances()  # I/O, outside the state lock
     with STATE_LOCK:
-        orphans = reconcile(name, cloud, now())
+        orphans = reconcile(name, cloud, now(), pc.type)
         decision = _decide(name, pc, now())
         stopping = _begin_terminations(name, decision)
         db.session.commit()
@@ -117,7 +117,7 @@ def pool_pass(name: str, pc: ProviderConfig, now: Callable[[], datetime] = utcno
         _launch(name, pc, provider, decision.launch)
 
 
-def reconcile(pool: str, cloud: list[CloudInstance], now: datetime) -> list[str]:
+def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = "?") -> list[str]:
     """Bring the rows in line with the cloud. Returns orphan cloud ids to terminate."""
     by_launch = {c.launch_id: c for c in cloud if c.launch_id}
     by_cloud = {c.cloud_id: c for c in cloud}
@@ -153,6 +153,8 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime) -> list[str]
         if row.cloud_id:
             known.add(row.cloud_id)
         c = by_cloud.get(row.cloud_id or "")
+        if c is None and row.state == S.STARTING and now - _aware(row.launched_at) < LAUNCH_SETTLE:
+            continue  # just launched: the cloud's listing may not show it yet
         if c is None or c.state == "terminated":
             _ended(row, now, "gone from the cloud")
             continue
@@ -175,7 +177,7 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime) -> list[str]
         row = Instance(
             id=c.launch_id or uuid.uuid4().hex,
             pool=pool,
-            provider="?",
+            provider=kind,
             cloud_id=c.cloud_id,
             state=S.TERMINATING.value,
             state_reason="orphan: tagged for this master and pool but not in its records",

@@ -84,11 +84,14 @@ def test_pending_trial_launches_instance_which_runs_it_and_is_reaped_when_idle(
     assert "test-agent-token" not in script  # never the cluster-wide agent token
     token = join_token(script)
 
+    listing = wait_for(
+        lambda: (p := pools(cluster)["gpu"])["instances"][0]["state"] == "STARTING" and p,
+        20,
+        what="the launch recorded",
+    )
+    assert [i["cloud_id"] for i in listing["instances"]] == [inst["InstanceId"]]
     # The join token is good for this instance alone.
     assert poll_with(cluster, "someone-else", token) == 403
-    listing = pools(cluster)["gpu"]
-    assert [i["cloud_id"] for i in listing["instances"]] == [inst["InstanceId"]]
-    assert listing["instances"][0]["state"] == "STARTING"
 
     boot_agent(cluster, inst["InstanceId"], token, "gpu")
     d = cluster.wait_experiment(exp, {"COMPLETED", "ERROR", "CANCELED"}, timeout=180)

@@ -70,6 +70,11 @@ def test_gcp_launch_run_and_reap(cluster_factory, gce) -> None:  # type: ignore[
     assert f"DET_AGENT_ID=$(echo {name})" in script and "--resource-pool gpu" in script
     assert "instance/preempted" in script and "test-agent-token" not in script
     token = join_token(script)
+    wait_for(
+        lambda: [i["state"] for i in pools(cluster)["gpu"]["instances"]] == ["STARTING"],
+        20,
+        what="the launch recorded",
+    )
     assert poll_with(cluster, "not-" + name, token) == 403
 
     boot_agent(cluster, name, token, "gpu", 2)  # a 2-GPU instance: the 2-slot trial fits it
