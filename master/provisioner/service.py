@@ -40,7 +40,7 @@ from master.provisioner.provider import (
 from master.provisioner.states import LIVE, InstanceState, transition
 from master.provisioner.tokens import mint
 from master.scheduler import AgentView
-from master.services import STATE_LOCK
+from master.services import STATE_LOCK, heartbeats
 from master.services.scheduling import queued_trials, request_schedule, scheduler_inputs
 
 log = logging.getLogger("detlab.provisioner")
@@ -106,6 +106,7 @@ def provider_for(name: str, pc: ProviderConfig) -> Provider:
 def pool_pass(name: str, pc: ProviderConfig, now: Callable[[], datetime] = utcnow) -> None:
     provider = provider_for(name, pc)
     cloud = provider.list_instances()  # I/O, outside the state lock
+    heartbeats.flush()  # judge agents on their freshest polls
     with STATE_LOCK:
         orphans = reconcile(name, cloud, now(), pc.type)
         decision = _decide(name, pc, now())
@@ -130,6 +131,9 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
         ).scalars()
     )
     known = set()
+    # Longer than a healthy agent's long poll (at most agent_timeout / 2), shorter than the
+    # lost-agent reaper's agent_timeout.
+    silent = timedelta(seconds=0.75 * current_app.config["DET"].agent_timeout)
     agents = {
         a.id: a
         for a in db.session.execute(
@@ -155,12 +159,22 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
         c = by_cloud.get(row.cloud_id or "")
         if c is None and row.state == S.STARTING and now - _aware(row.launched_at) < LAUNCH_SETTLE:
             continue  # just launched: the cloud's listing may not show it yet
-        if c is None or c.state == "terminated":
+        if (
+            c is None
+            or c.state == "terminated"
+            or (c.state == "stopping" and row.interrupted_at is not None)
+        ):
             _ended(row, now, "gone from the cloud")
             continue
         if row.state == S.TERMINATING:
             continue
         agent = agents.get(row.cloud_id or "")
+        if (
+            row.interrupted_at is not None
+            and agent is not None
+            and _aware(agent.last_seen) < now - silent
+        ):
+            _requeue_interrupted(row)  # its agent went quiet: the instance is going
         if agent is not None and agent.state == "ACTIVE":
             if row.state == S.STARTING:
                 transition(row, S.RUNNING, "its agent connected")
@@ -221,13 +235,20 @@ def _ended(row: Instance, now: datetime, why: str) -> None:
     transition(row, S.TERMINATED, why)
     row.terminated_at = now
     _revoke(row)
-    if row.interrupted_at is not None and row.cloud_id:
-        from master.services.trials import AGENT_SHUTDOWN, allocation_exited
+    _requeue_interrupted(row)
 
-        for alloc in _allocations_on(row.cloud_id):
-            allocation_exited(
-                alloc, None, f"{AGENT_SHUTDOWN}: instance {row.cloud_id} was interrupted"
-            )
+
+def _requeue_interrupted(row: Instance) -> None:
+    """An interrupted instance's trials that it can no longer report on: queued again without
+    a failure counted (the lost-agent reaper would count one)."""
+    if row.interrupted_at is None or not row.cloud_id:
+        return
+    from master.services.trials import AGENT_SHUTDOWN, allocation_exited
+
+    allocs = _allocations_on(row.cloud_id)
+    for alloc in allocs:
+        allocation_exited(alloc, None, f"{AGENT_SHUTDOWN}: instance {row.cloud_id} was interrupted")
+    if allocs:
         request_schedule()
 
 

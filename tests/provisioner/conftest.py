@@ -45,7 +45,11 @@ def moto_url(tmp_path: Path, aws_env: None) -> Iterator[str]:
         yield url
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 @pytest.fixture

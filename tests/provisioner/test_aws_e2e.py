@@ -301,3 +301,48 @@ def test_restart_mid_launch_links_the_instance_and_fails_the_launch_that_never_h
     assert "interrupted" in rows["launch-lost"]["state_reason"]
     time.sleep(3)  # a few passes: nothing else launched, the linked instance kept
     assert [i["InstanceId"] for i in live(ec2)] == [made]
+
+
+def test_interrupted_instance_that_vanishes_mid_checkpoint_requeues_without_a_failure(
+    cluster_factory,
+    ec2,
+    moto_url,
+    notice,  # type: ignore[no-untyped-def]
+) -> None:
+    """The notice comes, the trial ignores the preemption signal, and the instance is gone
+    (agent killed, instance terminated): still no failure counted."""
+    cluster = cluster_factory(master_yaml=aws_yaml(moto_url, spot=True, max_instances=2))
+    cfg = gpu_config(
+        cluster,
+        batches=60,
+        hparams={"sleep": 0.05, "checkpoint_every": 10, "ignore_preemption": True},
+        max_restarts=0,
+    )
+    exp = submit(cluster, cfg)
+    inst = wait_for(lambda: live(ec2), 30, what="spot instance")[0]["InstanceId"]
+    wait_for(lambda: pools(cluster)["gpu"]["instances"][0]["state"] == "STARTING", 20)
+    extra = ("--interruption-url", notice.url, "--interruption-interval", "0.3")
+    boot_agent(cluster, inst, join_token(ec2_user_data(ec2, inst)), "gpu", 1, *extra)
+    trial = only_trial(cluster, exp)
+    cluster.wait_trial(trial["id"], lambda t: t["steps_completed"] >= 10, 120, what="progress")
+    notice.interrupt()
+    wait_for(
+        lambda: pools(cluster)["gpu"]["instances"][0]["interrupted_at"], 30, what="notice seen"
+    )
+    cluster.stop_agent(inst, signal.SIGKILL)  # the cloud takes it away mid-checkpoint
+    ec2.terminate_instances(InstanceIds=[inst])
+    cluster.wait_trial(trial["id"], lambda t: t["display_state"] == "QUEUED", 60, what="requeued")
+    second = wait_for(lambda: [i for i in live(ec2) if i["InstanceId"] != inst], 30)[0]
+    sid = second["InstanceId"]
+    wait_for(
+        lambda: any(
+            i["cloud_id"] == sid and i["state"] == "STARTING"
+            for i in pools(cluster)["gpu"]["instances"]
+        ),
+        20,
+    )
+    boot_agent(cluster, sid, join_token(ec2_user_data(ec2, sid)), "gpu")
+    d = cluster.wait_experiment(exp, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp)
+    assert only_trial(cluster, exp)["restarts"] == 0
+    assert any("was interrupted" in line for line in cluster.logs(trial["id"]))
