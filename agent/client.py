@@ -83,6 +83,15 @@ class AgentClient:
         )
         return reply if isinstance(reply, dict) else {}
 
+    def interruption(self, notice: str) -> dict[str, Any]:
+        """POST /agents/{id}/interruption: this spot/preemptible instance is going away."""
+        reply = self._retry(
+            "report interruption",
+            lambda: self.session.post(f"{self._base}/interruption", json={"notice": notice}),
+            time.monotonic() + 60.0,
+        )
+        return reply if isinstance(reply, dict) else {}
+
     def ship_logs(self, lines: list[dict[str, Any]], *, deadline: float | None = None) -> None:
         """POST /agents/{id}/logs with one batch of log lines."""
         self._retry(

@@ -97,6 +97,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--resource-pool", default="default", help="resource pool to join")
     p.add_argument(
+        "--interruption-url",
+        default=os.environ.get("DET_AGENT_INTERRUPTION_URL") or None,
+        metavar="URL",
+        help="the cloud's spot/preemptible interruption notice (metadata URL) to watch; on a "
+        "notice the master requeues this agent's trials (default: $DET_AGENT_INTERRUPTION_URL, "
+        "or none)",
+    )
+    p.add_argument(
+        "--interruption-interval",
+        type=float,
+        default=float(os.environ.get("DET_AGENT_INTERRUPTION_INTERVAL") or 5.0),
+        metavar="SECONDS",
+        help="how often to read the interruption notice (default: 5)",
+    )
+    p.add_argument(
         "--data-dir",
         type=Path,
         default=None,
@@ -274,6 +289,15 @@ def main(argv: list[str] | None = None) -> int:
         slot_desc,
         args.work_dir,
     )
+    if args.interruption_url:
+        from agent.interruption import InterruptionWatcher
+
+        InterruptionWatcher(
+            args.interruption_url,
+            client.interruption,
+            agent.stopping,
+            max(0.1, args.interruption_interval),
+        ).start()
     rc = agent.serve()
     if agent.fatal:
         print(f"det-agent: {agent.fatal}", file=sys.stderr)

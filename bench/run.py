@@ -23,6 +23,9 @@ from bench import (  # noqa: E402
     checkpoint_transfer,
     docker_start,
     metrics_ingest,
+    provisioner_cost,
+    provisioner_decision,
+    provisioner_latency,
     scheduler_pass,
     search_efficiency,
     submit_latency,
@@ -57,6 +60,9 @@ def main() -> int:
             big_mb=a.big_mb, small_count=a.small_count, small_kb=a.small_kb, docs=a.docs
         ),
         web_pages.NAME: lambda a: web_pages.run(mlflow=a.mlflow, docs=a.docs),
+        provisioner_decision.NAME: lambda a: provisioner_decision.run(passes=a.passes, docs=a.docs),
+        provisioner_cost.NAME: lambda a: provisioner_cost.run(docs=a.docs),
+        provisioner_latency.NAME: lambda a: provisioner_latency.run(n=a.launches, docs=a.docs),
     }
     parser.add_argument(
         "names", nargs="*", metavar="NAME", help=f"{', '.join(benchmarks)} (default: all)"
@@ -70,6 +76,7 @@ def main() -> int:
     parser.add_argument(
         "--reports", type=int, default=10_000, help="metrics_ingest: reports per process"
     )
+    parser.add_argument("--launches", type=int, default=20, help="provisioner_latency: N launches")
     parser.add_argument("--passes", type=int, default=30, help="scheduler_pass: passes per policy")
     parser.add_argument(
         "--no-mlflow",

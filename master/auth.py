@@ -33,6 +33,7 @@ class Principal:
     allocation_id: str | None = None
     trial_id: int | None = None
     experiment_id: int | None = None
+    agent_id: str | None = None  # an instance's join token: good for this agent id alone
 
 
 def hash_password(password: str) -> str:
@@ -137,6 +138,15 @@ def resolve(token: str) -> Principal:
     row = db.session.execute(
         select(AuthToken).where(AuthToken.token_hash == digest)
     ).scalar_one_or_none()
+    if row is None and token.startswith("join-"):
+        from master.provisioner.tokens import instance_for
+
+        agent_id, why = instance_for(digest)
+        if agent_id is None:
+            raise Unauthenticated(why or "unknown join token")
+        p = Principal(kind="agent", agent_id=agent_id)
+        token_cache.put(digest, p)
+        return p
     if row is None or row.revoked:
         raise Unauthenticated("invalid or expired token; log in again (det user login NAME)")
     if row.expires_at is not None:
@@ -197,10 +207,12 @@ def require_admin() -> Principal:
     return p
 
 
-def require_agent() -> Principal:
+def require_agent(agent_id: str | None = None) -> Principal:
     p = principal()
     if p.kind != "agent":
         raise Forbidden("this route is for agents (the cluster's agent token)")
+    if p.agent_id is not None and agent_id is not None and p.agent_id != agent_id:
+        raise Forbidden(f"this join token belongs to agent {p.agent_id}, not {agent_id}")
     return p
 
 

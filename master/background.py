@@ -85,6 +85,13 @@ def start_jobs(app: Flask, state: MasterState) -> BackgroundScheduler:
     sched.add_job(
         _in_app(app, gc_tick), "interval", seconds=cfg.checkpoint_gc_interval, id="checkpoint_gc"
     )
+    if any(p.provider is not None for p in cfg.resource_pools):
+        from master.db import utcnow
+        from master.provisioner.service import provision_pass
+
+        state.provisioner_started = utcnow()
+        # Launches and reaping (elastic agents); one pass at a time, cloud listing included.
+        sched.add_job(_in_app(app, provision_pass), "interval", seconds=1.0, id="provisioner")
     stats = TickStats()
     sched.add_listener(stats.record, EVENT_JOB_SUBMITTED)
     state.tick_stats = stats

@@ -28,6 +28,8 @@ class ResourcePoolConfig:
     name: str = "default"
     description: str = ""
     scheduler: dict[str, Any] = field(default_factory=lambda: {"type": "priority"})
+    # Elastic agents (master/provisioner): a ProviderConfig, or None for a static pool.
+    provider: Any = None
 
 
 @dataclass
@@ -118,9 +120,11 @@ def _pools(value: Any) -> list[ResourcePoolConfig]:
         raise MasterConfigError("master config: resource_pools must be a non-empty list")
     pools = []
     for i, item in enumerate(value):
+        if isinstance(item, dict) and "pool_name" in item and "name" not in item:
+            item = {("name" if k == "pool_name" else k): v for k, v in item.items()}  # Determined
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise MasterConfigError(f"master config: resource_pools[{i}] needs a name")
-        unknown = set(item) - {"name", "description", "scheduler"}
+        unknown = set(item) - {"name", "description", "scheduler", "provider"}
         if unknown:
             raise MasterConfigError(
                 f"master config: resource_pools[{i}]: unknown key {sorted(unknown)[0]!r}"
@@ -130,6 +134,18 @@ def _pools(value: Any) -> list[ResourcePoolConfig]:
                 name=item["name"],
                 description=item.get("description", ""),
                 scheduler=item.get("scheduler") or {"type": "priority"},
+                provider=_provider(item.get("provider"), f"resource_pools[{i}].provider"),
             )
         )
     return pools
+
+
+def _provider(raw: Any, path: str) -> Any:
+    if raw is None:
+        return None
+    from master.provisioner.config import ProviderConfigError, parse_provider
+
+    try:
+        return parse_provider(raw, path)
+    except ProviderConfigError as e:
+        raise MasterConfigError(f"master config: {e}") from e

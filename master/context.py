@@ -80,6 +80,9 @@ class MasterState:
     heartbeats: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
     # Set when checkpoint deletions wait for an agent (storage only agents reach).
     checkpoint_agent_work: threading.Event = field(default_factory=threading.Event)
+    # Elastic pools: a provider adapter per pool, and when the provisioner started.
+    providers: dict[str, Any] = field(default_factory=dict)
+    provisioner_started: datetime | None = None
     # Set by `master.app.start_master`; None in an app that only serves requests (tests).
     master_lock: MasterLock | None = None
     kicker: Kicker | None = None

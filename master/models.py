@@ -361,3 +361,44 @@ class ModelAliasEvent(db.Model):
     to_version: Mapped[int | None] = mapped_column(Integer)
     username: Mapped[str | None] = mapped_column(String(128))
     at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+
+
+class ProvisionerPool(db.Model):
+    """A resource pool with a cloud provider: its tag, and the last launch error (with backoff)."""
+
+    __tablename__ = "provisioner_pools"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    # The tag/label value that marks this master's instances when the config names none.
+    cluster_id: Mapped[str] = mapped_column(String(64))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error_at: Mapped[datetime | None] = mapped_column(TZ)
+    launch_failures: Mapped[int] = mapped_column(Integer, default=0)
+    backoff_until: Mapped[datetime | None] = mapped_column(TZ)
+
+
+class Instance(db.Model):
+    """A cloud instance launched for a pool (master/provisioner); kept for history and display.
+
+    The cloud is the source of truth for what exists; this row carries what the cloud does not:
+    the join token's hash, when its agent connected and last ran something, and errors.
+    """
+
+    __tablename__ = "instances"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # the launch id (a tag)
+    pool: Mapped[str] = mapped_column(String(128), index=True)
+    provider: Mapped[str] = mapped_column(String(8))
+    # The cloud's id (EC2 instance id, GCE instance name): also the agent's id.
+    cloud_id: Mapped[str | None] = mapped_column(String(128), unique=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    state_reason: Mapped[str | None] = mapped_column(Text)
+    instance_type: Mapped[str] = mapped_column(String(128))
+    slots: Mapped[int] = mapped_column(Integer, default=1)
+    spot: Mapped[bool] = mapped_column(Boolean, default=False)
+    launched_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    connected_at: Mapped[datetime | None] = mapped_column(TZ)
+    last_busy_at: Mapped[datetime | None] = mapped_column(TZ)
+    interrupted_at: Mapped[datetime | None] = mapped_column(TZ)
+    terminated_at: Mapped[datetime | None] = mapped_column(TZ)
+    # SHA-256 of the instance's join token; valid only while the instance is live.
+    join_token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    last_error: Mapped[str | None] = mapped_column(Text)

@@ -51,6 +51,25 @@ class CheckpointState(StrEnum):
     DELETE_FAILED = "DELETE_FAILED"
 
 
+class InstanceState(StrEnum):
+    """A cloud instance of an elastic pool (master/provisioner).
+
+    LAUNCHING: the row is written, the cloud call is in flight (a restarted master looks the
+      launch up by its tag before doing anything else).
+    STARTING: the cloud has the instance; its agent has not connected yet.
+    RUNNING: its agent is connected.
+    TERMINATING: termination asked of the cloud (the join token is revoked at this point).
+    TERMINATED: gone. FAILED: the launch itself failed (see last_error).
+    """
+
+    LAUNCHING = "LAUNCHING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    FAILED = "FAILED"
+
+
 class ContainerState(StrEnum):
     """One agent's part of an allocation. Derived from the container's facts, never stored."""
 
@@ -120,6 +139,16 @@ CHECKPOINT_TRANSITIONS: dict[CheckpointState, frozenset[CheckpointState]] = {
     CheckpointState.DELETING: frozenset({CheckpointState.DELETED, CheckpointState.DELETE_FAILED}),
     CheckpointState.DELETE_FAILED: frozenset({CheckpointState.DELETING}),
     CheckpointState.DELETED: frozenset(),
+}
+
+_I = InstanceState
+INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
+    _I.LAUNCHING: frozenset({_I.STARTING, _I.RUNNING, _I.TERMINATING, _I.TERMINATED, _I.FAILED}),
+    _I.STARTING: frozenset({_I.RUNNING, _I.TERMINATING, _I.TERMINATED}),
+    _I.RUNNING: frozenset({_I.STARTING, _I.TERMINATING, _I.TERMINATED}),
+    _I.TERMINATING: frozenset({_I.TERMINATED}),
+    _I.TERMINATED: frozenset(),
+    _I.FAILED: frozenset(),
 }
 
 # The user-facing actions and which states they start from.

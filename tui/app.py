@@ -85,6 +85,7 @@ class ClusterData:
     slot_rows: list[Row]
     queue_rows: dict[str, list[Row]] = field(default_factory=dict)
     queue_widths: dict[str, list[int]] = field(default_factory=dict)
+    elastic: list[JSON] = field(default_factory=list)  # provider pools (elastic agents)
 
 
 class DetTUI(App):
@@ -169,6 +170,13 @@ class DetTUI(App):
             pools = self.api.job_queues()
         except NotFound:
             pools, queue_error = None, NOT_AVAILABLE
+        elastic: list[JSON] = []
+        fetch_elastic = getattr(self.api, "provisioner_pools", None)
+        if fetch_elastic is not None:
+            try:
+                elastic = fetch_elastic()
+            except NotFound:  # a master without elastic agents
+                elastic = []
         for a in agents:
             for s in a.get("slots", []):
                 self.history.add(slot_key(a, s), (s.get("stats") or {}).get("util_percent"))
@@ -189,6 +197,7 @@ class DetTUI(App):
             slot_rows=slot_rows(agents, self.history),
             queue_rows=rows,
             queue_widths=widths,
+            elastic=elastic,
         )
 
     def _apply_cluster(self, data: ClusterData) -> None:

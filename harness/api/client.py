@@ -346,6 +346,10 @@ class Client:
     def list_agents(self) -> list[JSON]:
         return self.session.get("/agents")["agents"]
 
+    def provisioner_pools(self) -> list[JSON]:
+        """Pools with a cloud provider: instances, pending launches, the last launch error."""
+        return self.session.get("/provisioner/pools")["pools"]
+
     def agent_poll(self, agent_id: str, body: Mapping[str, Any]) -> JSON:
         """Register/heartbeat/fetch work; waits up to `body["wait"]` seconds on the master."""
         wait = float(body.get("wait", 0) or 0)

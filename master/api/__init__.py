@@ -25,3 +25,7 @@ def register_api(app: Flask) -> None:
 
     app.register_blueprint(checkpoint_gc.bp, url_prefix="/api/v1")
     app.register_blueprint(registry.bp, url_prefix="/api/v1")
+
+    from master.provisioner import api as provisioner_api
+
+    app.register_blueprint(provisioner_api.bp, url_prefix="/api/v1")

@@ -30,7 +30,7 @@ def _check_id(agent_id: str) -> None:
 
 @bp.post("/agents/<agent_id>/poll")
 def poll(agent_id: str):  # type: ignore[no-untyped-def]
-    require_agent()
+    require_agent(agent_id)
     _check_id(agent_id)
     payload = svc.parse_poll(request.get_json(silent=True))
     # Where trials of this agent are reached (ClusterInfo.container_addrs).
@@ -40,7 +40,7 @@ def poll(agent_id: str):  # type: ignore[no-untyped-def]
 
 @bp.post("/agents/<agent_id>/logs")
 def logs(agent_id: str):  # type: ignore[no-untyped-def]
-    require_agent()
+    require_agent(agent_id)
     _check_id(agent_id)
     return jsonify({"accepted": ingest_agent_logs(agent_id, json_body().get("logs"))})
 
@@ -48,7 +48,7 @@ def logs(agent_id: str):  # type: ignore[no-untyped-def]
 @bp.get("/agents/<agent_id>/allocations/<alloc_id>/logs")
 def log_tail(agent_id: str, alloc_id: str):  # type: ignore[no-untyped-def]
     """The newest lines this agent shipped for the allocation (for re-attaching exactly)."""
-    require_agent()
+    require_agent(agent_id)
     _check_id(agent_id)
     limit = int_arg("limit", 1000, 1, TAIL_MAX)
     return jsonify({"logs": agent_log_tail(agent_id, alloc_id, limit)})

@@ -9,15 +9,25 @@ Nothing else in the master assigns a `.state` (tests/unit/test_architecture.py c
 from __future__ import annotations
 
 from master.db import db, utcnow
-from master.models import Agent, Allocation, Checkpoint, Experiment, StateChange, Trial
+from master.models import (
+    Agent,
+    Allocation,
+    Checkpoint,
+    Experiment,
+    Instance,
+    StateChange,
+    Trial,
+)
 from master.states import (
     AGENT_TRANSITIONS,
     ALLOCATION_TRANSITIONS,
     CHECKPOINT_TRANSITIONS,
+    INSTANCE_TRANSITIONS,
     TRANSITIONS,
     AgentState,
     AllocationState,
     CheckpointState,
+    InstanceState,
     State,
     check_in_table,
     is_terminal,
@@ -100,6 +110,18 @@ def set_checkpoint_state(ckpt: Checkpoint, dst: CheckpointState, why: str) -> bo
     ckpt.state_reason = why[:MAX_REASON]
     ckpt.state_changed_at = utcnow()
     _record("checkpoint", ckpt.uuid, src, dst, why)
+    return True
+
+
+def set_instance_state(instance: Instance, dst: InstanceState, why: str) -> bool:
+    """Move a cloud instance through its lifecycle; its latest reason stays on the row."""
+    src = InstanceState(instance.state)
+    check_in_table(INSTANCE_TRANSITIONS, "instance", instance.id, src, dst)
+    if src == dst:
+        return False
+    instance.state = dst.value
+    instance.state_reason = why[:MAX_REASON]
+    _record("instance", instance.id, src, dst, why)
     return True
 
 

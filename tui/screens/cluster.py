@@ -157,6 +157,25 @@ def slot_rows(agents: list[JSON], history: History) -> list[Row]:
     return rows
 
 
+def elastic_text(pools: list[JSON], now: float) -> Text:
+    """One line per provider pool: instances, launches under way, the last launch error."""
+    out = Text()
+    for p in pools:
+        live = p.get("instances") or []
+        running = sum(1 for i in live if i.get("state") == "RUNNING")
+        if out:
+            out.append("\n")
+        out.append(f" {p['name']} ", "bold")
+        out.append(
+            f"{p.get('provider')} {p.get('instance_type')}: {running} running, "
+            f"{p.get('pending_launches', 0)} starting, max {p.get('max_instances')}"
+        )
+        if p.get("last_error") and p.get("backoff_until"):
+            out.append(f"  launch error {fmt_age(p.get('last_error_at'), now)} ago: ", "bold red")
+            out.append(str(p["last_error"]), "red")
+    return out
+
+
 def _temp_style(t: float) -> str:
     return "red" if t >= 85 else "yellow" if t >= 75 else "green"
 
@@ -176,6 +195,9 @@ class ClusterScreen(ViewScreen):
     def body(self) -> ComposeResult:
         yield Static(id="cluster-title", classes="section")
         yield ResourceTable(AGENT_COLUMNS, id="agents", empty="no agents", markable=False)
+        elastic = Static(id="elastic")
+        elastic.display = False  # shown when the master has provider pools
+        yield elastic
         yield Static(" GPUs and slots", classes="section")
         yield ResourceTable(SLOT_COLUMNS, id="slots", empty="no slots", markable=False)
 
@@ -191,6 +213,10 @@ class ClusterScreen(ViewScreen):
             return
         self.query_one("#agents", ResourceTable).set_rows(data.agent_rows)
         self.query_one("#slots", ResourceTable).set_rows(data.slot_rows)
+        elastic = self.query_one("#elastic", Static)
+        elastic.display = bool(data.elastic)
+        if data.elastic:
+            elastic.update(elastic_text(data.elastic, self.dapp.clock()))
         s = data.summary
         self.query_one("#cluster-title", Static).update(
             Text.assemble(

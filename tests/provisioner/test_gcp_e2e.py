@@ -1,0 +1,119 @@
+"""Elastic agents on GCP, end to end: google-cloud-compute's REST client in a real master
+against the fake Compute Engine API, instances 'booted' as real det-agent processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.cluster import wait_for
+from tests.fixtures.scripted_config import make_config
+from tests.integration.test_foundation import only_trial, submit
+from tests.provisioner.conftest import boot_agent, join_token, poll_with, pools
+from tests.provisioner.fake_gce import FakeComputeEngine
+
+pytestmark = pytest.mark.integration
+
+
+def gcp_yaml(gce: FakeComputeEngine, **over: object) -> str:
+    opts = {"max_instances": 2, "max_idle_agent_period": "3s", **over}
+    extra = "\n".join(f"      {k}: {v}" for k, v in opts.items())
+    return f"""
+resource_pools:
+  - pool_name: default
+  - pool_name: gpu
+    provider:
+      type: gcp
+      project: lab-project
+      zone: us-central1-a
+      api_endpoint: {gce.url}
+      instance_type:
+        machine_type: n1-standard-8
+        gpu_type: nvidia-tesla-t4
+        gpu_num: 2
+        preemptible: true
+      boot_disk_source_image: projects/lab/global/images/det-agent
+      boot_disk_size: 100
+      label_key: detlab-test
+      label_value: cluster-g
+      network_tags: [det-agents]
+      launch_error_backoff: 2s
+      master_url: http://master.example:8080
+{extra}
+"""
+
+
+def startup(inst: dict) -> str:
+    return next(i["value"] for i in inst["metadata"]["items"] if i["key"] == "startup-script")
+
+
+def test_gcp_launch_run_and_reap(cluster_factory, gce) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(master_yaml=gcp_yaml(gce))
+    exp = submit(
+        cluster,
+        make_config(
+            cluster.ckpt_dir, batches=5, resources={"resource_pool": "gpu", "slots_per_trial": 2}
+        ),
+    )
+    wait_for(lambda: gce.instances, 30, what="an instance inserted")
+    assert len(gce.inserted) == 1
+    body = gce.inserted[0]
+    name = body["name"]
+    assert body["machineType"] == "zones/us-central1-a/machineTypes/n1-standard-8"
+    assert body["labels"]["detlab-test"] == "cluster-g" and body["labels"]["detlab-pool"] == "gpu"
+    assert body["scheduling"]["preemptible"] is True
+    assert body["guestAccelerators"][0]["acceleratorCount"] == 2
+    assert body["disks"][0]["initializeParams"]["sourceImage"].endswith("images/det-agent")
+    assert body["tags"]["items"] == ["det-agents"]
+    script = startup(body)
+    assert f"DET_AGENT_ID=$(echo {name})" in script and "--resource-pool gpu" in script
+    assert "instance/preempted" in script and "test-agent-token" not in script
+    token = join_token(script)
+    wait_for(
+        lambda: [i["state"] for i in pools(cluster)["gpu"]["instances"]] == ["STARTING"],
+        20,
+        what="the launch recorded",
+    )
+    assert poll_with(cluster, "not-" + name, token) == 403
+
+    boot_agent(cluster, name, token, "gpu", 2)  # a 2-GPU instance: the 2-slot trial fits it
+    d = cluster.wait_experiment(exp, {"COMPLETED", "ERROR", "CANCELED"}, timeout=180)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp)
+    assert only_trial(cluster, exp)["restarts"] == 0
+    wait_for(lambda: name in gce.deleted, 60, what="idle instance deleted")
+    assert len(gce.inserted) == 1  # one instance for one 2-slot trial
+    row = wait_for(lambda: pools(cluster)["gpu"]["recent"], 20, what="row terminated")[0]
+    assert row["cloud_id"] == name and row["state"] == "TERMINATED"
+    assert row["instance_type"] == "n1-standard-8" and row["spot"] is True
+    wait_for(lambda: poll_with(cluster, name, token) == 401, 20, what="token revoked")
+
+
+def test_gcp_launch_error_is_shown_and_retried_with_backoff(cluster_factory, gce) -> None:  # type: ignore[no-untyped-def]
+    gce.fail_inserts = "QUOTA_EXCEEDED"
+    cluster = cluster_factory(master_yaml=gcp_yaml(gce))
+    exp = submit(
+        cluster,
+        make_config(
+            cluster.ckpt_dir, batches=3, resources={"resource_pool": "gpu", "slots_per_trial": 1}
+        ),
+    )
+    pool = wait_for(lambda: pools(cluster)["gpu"]["last_error"] and pools(cluster)["gpu"], 30)
+    assert "QUOTA_EXCEEDED" in pool["last_error"] and pool["backoff_until"]
+    failed = [r for r in pool["recent"] if r["state"] == "FAILED"]
+    assert failed and "QUOTA_EXCEEDED" in failed[0]["last_error"]
+    out = cluster.det("agent", "list").stdout
+    assert "QUOTA_EXCEEDED" in out and "gpu" in out
+    # Backoff (2 s, doubling): a handful of attempts in 6 s, never a tight loop.
+    fails_before = len(pools(cluster)["gpu"]["recent"])
+    time.sleep(6)
+    attempts = len(pools(cluster)["gpu"]["recent"]) - fails_before
+    assert attempts <= 2, attempts
+    # The quota is raised: the next retry launches, and the error clears from the listing.
+    gce.fail_inserts = None
+    wait_for(lambda: gce.instances, 30, what="launch after the quota is raised")
+    name = next(iter(gce.instances))
+    boot_agent(cluster, name, join_token(startup(gce.instances[name])), "gpu", 2)
+    d = cluster.wait_experiment(exp, {"COMPLETED", "ERROR", "CANCELED"}, timeout=180)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp)
+    assert pools(cluster)["gpu"]["backoff_until"] is None
