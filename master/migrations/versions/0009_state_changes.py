@@ -1,7 +1,7 @@
 """state_changes: why each entity changed state; allocations get exit_cause, lose preempt_acked
 
-Revision ID: 0010
-Revises: 0005
+Revision ID: 0009
+Revises: 0008
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0005"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
