@@ -13,7 +13,7 @@ from sqlalchemy.orm import defer, selectinload
 from master.db import db
 from master.errors import BadRequest
 from master.models import Allocation, Experiment, Trial, User
-from master.states import State
+from master.states import LIVE_ALLOCATION, State
 
 # Sort keys a listing accepts, and the column each one orders by.
 SORT_KEYS = ("id", "name", "owner", "state", "progress", "best", "started", "ended")
@@ -135,7 +135,7 @@ def live_allocation_states(trial_ids: list[int]) -> dict[int, tuple[str, str | N
         return {}
     rows = db.session.execute(
         select(Allocation.trial_id, Allocation.state, Allocation.agent_id).where(
-            Allocation.trial_id.in_(trial_ids), Allocation.state.in_(("ASSIGNED", "RUNNING"))
+            Allocation.trial_id.in_(trial_ids), Allocation.state.in_(LIVE_ALLOCATION)
         )
     ).all()
     return {tid: (state, agent) for tid, state, agent in rows}
