@@ -78,6 +78,10 @@ class MasterState:
     # Buffered agent heartbeats: agent id -> (last seen, slot stats).
     heartbeat_lock: threading.Lock = field(default_factory=threading.Lock)
     heartbeats: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
+    # Checkpoint GC: one run at a time; storage backends (SDK clients) by their config.
+    checkpoint_gc_lock: threading.Lock = field(default_factory=threading.Lock)
+    storage_backends_lock: threading.Lock = field(default_factory=threading.Lock)
+    storage_backends: dict[str, Any] = field(default_factory=dict)
     # Set when checkpoint deletions wait for an agent (storage only agents reach).
     checkpoint_agent_work: threading.Event = field(default_factory=threading.Event)
     # Elastic pools: a provider adapter per pool, and when the provisioner started.

@@ -62,7 +62,7 @@ def delete_experiment(exp: Experiment) -> dict[str, Any]:
         )
     failed: dict[str, str] = {}
     now = [c for c in doomed if state_of(c) != CheckpointState.DELETED]
-    with gc.RUN_LOCK:  # not at the same time as the GC job's deletions
+    with gc.run_lock():  # not at the same time as the GC job's deletions
         for c in now:
             db.session.refresh(c)
             if state_of(c) == CheckpointState.DELETED:

@@ -32,7 +32,11 @@ log = logging.getLogger("detlab.ckpt.gc")
 BACKOFF_BASE_S = 2.0
 BACKOFF_MAX_S = 600.0
 BATCH = 200
-RUN_LOCK = threading.Lock()
+
+
+def run_lock() -> threading.Lock:
+    """One GC run (or experiment delete) at a time in this master."""
+    return master_state().checkpoint_gc_lock
 
 
 def _agent_work() -> threading.Event:
@@ -231,7 +235,7 @@ def due(limit: int = BATCH, agent: bool = False) -> list[Checkpoint]:
 
 def run_deletions(limit: int = BATCH) -> int:
     """Delete due checkpoints the master can reach; returns how many were attempted."""
-    if not RUN_LOCK.acquire(blocking=False):
+    if not run_lock().acquire(blocking=False):
         return 0
     try:
         done = 0
@@ -254,7 +258,7 @@ def run_deletions(limit: int = BATCH) -> int:
             done += 1
         return done
     finally:
-        RUN_LOCK.release()
+        run_lock().release()
 
 
 def gc_tick() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,18 +75,18 @@ def master_can_reach(storage: Mapping[str, Any]) -> bool:
     return os.path.isdir(base)
 
 
-_BACKENDS: dict[str, StorageManager] = {}
-_BACKENDS_LOCK = threading.Lock()
-
-
 def backend(storage: Mapping[str, Any]) -> StorageManager:
     """One backend (and so one SDK client and connection pool) per distinct config: building a
     boto3 client costs far more than deleting a small checkpoint."""
+    from master.context import master_state
+
     key = json.dumps(dict(storage), sort_keys=True, default=str)
-    with _BACKENDS_LOCK:
-        found = _BACKENDS.get(key)
+    ms = master_state()
+    with ms.storage_backends_lock:
+        cache = ms.storage_backends
+        found = cache.get(key)
         if found is None:
-            if len(_BACKENDS) > 64:
-                _BACKENDS.clear()
-            found = _BACKENDS[key] = build(dict(storage))
+            if len(cache) > 64:
+                cache.clear()
+            found = cache[key] = build(dict(storage))
         return found

@@ -58,7 +58,9 @@ def test_allocation_and_agent_states_are_enums_not_literals() -> None:
 def test_master_keeps_no_mutable_state_in_module_globals() -> None:
     """Per-master state lives in master.context.MasterState, owned by the app."""
     offenders = []
-    for path in _py("master/services", "master/api") + [ROOT / "master/auth.py"]:
+    for path in _py("master"):
+        if path.is_relative_to(PURE_SEARCHERS) or "migrations" in path.parts:
+            continue
         for node in ast.parse(path.read_text()).body:
             if not isinstance(node, ast.Assign | ast.AnnAssign):
                 continue
@@ -69,7 +71,7 @@ def test_master_keeps_no_mutable_state_in_module_globals() -> None:
             if (isinstance(value, ast.Dict | ast.List | ast.Set) and not constant) or (
                 isinstance(value, ast.Call)
                 and getattr(value.func, "attr", getattr(value.func, "id", ""))
-                in ("Lock", "RLock", "Hub", "dict", "defaultdict", "TokenCache")
+                in ("Lock", "RLock", "Event", "Hub", "dict", "defaultdict", "deque", "TokenCache")
             ):
                 offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
