@@ -184,7 +184,7 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
                 row.connected_at = now
             if row.cloud_id in busy:
                 row.last_busy_at = now
-        elif row.state == S.RUNNING and agent is not None and agent.state != "ACTIVE":
+        elif row.state == S.RUNNING and agent is not None and agent.state != AgentState.ACTIVE:
             transition(row, S.STARTING, f"its agent is {agent.state}")
     orphans = []
     for c in cloud:
