@@ -1,4 +1,5 @@
-"""More `det experiment` forms Determined users type: list-checkpoints, download, set, label."""
+"""More `det experiment` forms Determined users type: list-checkpoints, download, set, label,
+continue."""
 
 from __future__ import annotations
 
@@ -64,7 +65,54 @@ def label(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
+def continue_experiment(cli: Cli, args: argparse.Namespace) -> int:
+    """Train on from the latest checkpoint of a single-trial experiment: a new experiment with
+    the same config (plus --config overrides) and files, whose trial starts from it."""
+    import yaml
+
+    from harness.api._errors import NotFound
+    from harness.cli._overrides import OverrideError, apply_overrides
+
+    client = cli.client()
+    trials = client.list_experiment_trials(args.id)
+    if len(trials) != 1:
+        raise CliError(
+            f"experiment {args.id} has {len(trials)} trials; continue takes a single-trial one"
+        )
+    latest = trials[0].get("latest_checkpoint")
+    if not latest:
+        raise CliError(f"trial {trials[0]['id']} of experiment {args.id} has no checkpoint yet")
+    config = client.get_experiment_config(args.id)["original"]
+    try:
+        raw = apply_overrides(yaml.safe_load(config), args.config_overrides)
+    except OverrideError as e:
+        raise CliError(str(e)) from e
+    searcher = raw.setdefault("searcher", {})
+    searcher["source_checkpoint_uuid"] = latest
+    try:
+        model_def: bytes | None = client.get_model_def(args.id)
+    except NotFound:
+        model_def = None
+    body = client.submit_experiment(yaml.safe_dump(raw, sort_keys=False), model_def)
+    new = body["experiment"]["id"]
+    cli.out.write(f"Continued experiment {args.id} from checkpoint {latest}\n")
+    cli.out.write(f"Created experiment {new}\n")
+    return 0
+
+
 def register_more(s: argparse._SubParsersAction) -> None:
+    x = s.add_parser("continue", help="train a single-trial experiment on from its checkpoint")
+    x.add_argument("id", type=int, metavar="ID")
+    x.add_argument(
+        "--config",
+        dest="config_overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key (e.g. hyperparameters.max_length=200)",
+    )
+    x.set_defaults(func=continue_experiment)
+
     x = s.add_parser("list-checkpoints", help="the experiment's checkpoints")
     x.add_argument("id", type=int, metavar="ID")
     add_json_flag(x)

@@ -270,7 +270,7 @@ class _Controller:
             self._report_training(op, target)
             metrics = self._validate()
             self._checkpoint()
-            if self.is_chief:
+            if self.is_chief and getattr(op, "needs_metric", True):
                 op.report_completed(self._searcher_metric(metrics))
             if stop == "user_stop":
                 logger.info("stop requested by the trial at batch %d", self.batches)

@@ -73,6 +73,8 @@ def _batches(length: TrainUnit | int | None, epoch_len: int) -> int | None:
 class _Length:
     """A searcher-operation-shaped target for `_Controller.run` (lengths in batches)."""
 
+    needs_metric = False  # the master reads the searcher metric from the validations
+
     def __init__(self, core: Any, length: int) -> None:
         self._core = core
         self.length = length

@@ -37,7 +37,6 @@ UNHONOURED: dict[str, str] = {
     "checkpoint_storage.checkpoint_path": "trials see shared_fs storage at its host_path",
     "checkpoint_storage.tensorboard_path": "TensorBoard is not provided",
     "searcher.source_trial_id": "warm starts from another trial are not provided",
-    "searcher.source_checkpoint_uuid": "warm starts from a checkpoint are not provided",
 }
 
 # The subset detlab's schema does not know at all: removed before validation.

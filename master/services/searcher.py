@@ -56,6 +56,11 @@ def apply_operations(exp: Experiment, method: SearchMethod, ops: list[Operation]
                     state=state,
                     hparams=op.hparams,
                     seed=op.seed,
+                    # Warm start (`det experiment continue`, searcher.source_checkpoint_uuid):
+                    # the trial starts from that checkpoint (DET_LATEST_CHECKPOINT).
+                    latest_checkpoint=(exp.config.get("searcher") or {}).get(
+                        "source_checkpoint_uuid"
+                    ),
                 )
                 db.session.add(trial)
                 db.session.flush()
