@@ -80,26 +80,30 @@ def policy_of(exp: Experiment) -> Policy:
 
 def candidates(exp: Experiment) -> list[Candidate]:
     """The experiment's live checkpoints with their validation metric and protection."""
-    ckpts = list(
-        db.session.execute(
-            select(Checkpoint).where(
-                Checkpoint.experiment_id == exp.id, Checkpoint.state.in_(("ACTIVE", "COMPLETED"))
-            )
-        ).scalars()
-    )
+    # Columns, not ORM objects: an experiment may have tens of thousands of checkpoints.
+    ckpts = db.session.execute(
+        select(
+            Checkpoint.uuid,
+            Checkpoint.trial_id,
+            Checkpoint.steps_completed,
+            Checkpoint.reported_at,
+            Checkpoint.size,
+        ).where(Checkpoint.experiment_id == exp.id, Checkpoint.state.in_(("ACTIVE", "COMPLETED")))
+    ).all()
     if not ckpts:
         return []
     metric_name = (exp.config.get("searcher") or {}).get("metric")
-    trial_ids = {c.trial_id for c in ckpts}
     values: dict[tuple[int, int], float] = {}
     if metric_name:
         rows = db.session.execute(
-            select(Metric.trial_id, Metric.steps_completed, Metric.metrics).where(
-                Metric.trial_id.in_(trial_ids), Metric.group == "validation"
+            select(Metric.trial_id, Metric.steps_completed, Metric.metrics[metric_name]).where(
+                Metric.trial_id.in_(
+                    select(Trial.id).where(Trial.experiment_id == exp.id).scalar_subquery()
+                ),
+                Metric.group == "validation",
             )
         )
-        for trial_id, steps, metrics in rows:
-            v = (metrics or {}).get(metric_name)
+        for trial_id, steps, v in rows:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 values[(trial_id, steps)] = float(v)
     resume = set(
@@ -107,7 +111,17 @@ def candidates(exp: Experiment) -> list[Candidate]:
             select(Trial.latest_checkpoint).where(Trial.experiment_id == exp.id)
         ).scalars()
     )
-    registered = registered_uuids([c.uuid for c in ckpts])
+    registered = set(
+        db.session.execute(
+            select(ModelVersion.checkpoint_uuid).where(
+                ModelVersion.checkpoint_uuid.in_(
+                    select(Checkpoint.uuid)
+                    .where(Checkpoint.experiment_id == exp.id)
+                    .scalar_subquery()
+                )
+            )
+        ).scalars()
+    )
     return [
         Candidate(
             uuid=c.uuid,

@@ -12,11 +12,12 @@ always kept, and the rule may be applied while trials still run.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,9 @@ class Policy:
         }
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
     """One live checkpoint. `order` sorts by age (larger = newer); `metric` is the searcher
-    metric of the validation at its step, or None."""
+    metric of the validation at its step, or None. (A tuple: 10,000 are built per plan.)"""
 
     uuid: str
     trial_id: int
@@ -73,27 +73,33 @@ def plan(candidates: Iterable[Candidate], policy: Policy, smaller_is_better: boo
     """Split `candidates` into kept (with the reasons) and deleted."""
     cands = list(candidates)
     sign = 1.0 if smaller_is_better else -1.0
+    # (rank key, candidate): by metric, ties to the newer one; only checkpoints with a metric.
+    scored = [
+        ((sign * c.metric, -c.order, c.uuid), c)  # type: ignore[operator]
+        for c in cands
+        if _has_metric(c)
+    ]
 
-    def best_key(c: Candidate) -> tuple[float, float, str]:
-        assert c.metric is not None
-        return (sign * c.metric, -c.order, c.uuid)  # ties: the newer one first
+    def first(n: int, items: list[tuple[Any, Candidate]]) -> list[Candidate]:
+        return [c for _k, c in heapq.nsmallest(n, items, key=lambda kc: kc[0])]
 
     keep: dict[str, list[str]] = defaultdict(list)
     if policy.save_experiment_best > 0:
-        ranked = sorted((c for c in cands if _has_metric(c)), key=best_key)
-        for c in ranked[: policy.save_experiment_best]:
+        for c in first(policy.save_experiment_best, scored):
             keep[c.uuid].append("experiment best")
-    by_trial: dict[int, list[Candidate]] = defaultdict(list)
-    for c in cands:
-        by_trial[c.trial_id].append(c)
-    for trial_cands in by_trial.values():
-        if policy.save_trial_best > 0:
-            ranked = sorted((c for c in trial_cands if _has_metric(c)), key=best_key)
-            for c in ranked[: policy.save_trial_best]:
+    if policy.save_trial_best > 0:
+        scored_by_trial: dict[int, list[tuple[Any, Candidate]]] = defaultdict(list)
+        for item in scored:
+            scored_by_trial[item[1].trial_id].append(item)
+        for items in scored_by_trial.values():
+            for c in first(policy.save_trial_best, items):
                 keep[c.uuid].append("trial best")
-        if policy.save_trial_latest > 0:
-            latest = sorted(trial_cands, key=lambda c: (-c.order, c.uuid))
-            for c in latest[: policy.save_trial_latest]:
+    if policy.save_trial_latest > 0:
+        by_trial: dict[int, list[tuple[Any, Candidate]]] = defaultdict(list)
+        for c in cands:
+            by_trial[c.trial_id].append(((-c.order, c.uuid), c))
+        for items in by_trial.values():
+            for c in first(policy.save_trial_latest, items):
                 keep[c.uuid].append("trial latest")
     for c in cands:
         if c.protected:
