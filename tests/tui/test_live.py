@@ -249,3 +249,56 @@ async def test_queue_and_trial_keys_against_the_master(cluster: Cluster, tmp_pat
         )
     for exp in (first, second, third):
         cluster.post(f"/experiments/{exp}/kill")
+
+
+@sync
+async def test_logs_keys_against_the_master(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.common import Prompt
+    from tui.screens.trial import TrialScreen
+
+    cfg = make_config(
+        cluster.ckpt_dir,
+        batches=10,
+        name="tui-logkeys",
+        hparams={"log_lines": 4, "fail_at_step": 3},
+    )
+    exp = int(client(cluster).create_experiment(cfg, model_tar())["id"])
+    d = cluster.wait_experiment(exp, {"ERROR", "COMPLETED"}, timeout=120)
+    trial = d["trials"][0]["id"]
+    saved = tmp_path / "saved.log"
+    app = DetTUI(client(cluster), start=("logs", trial), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.screen.query_one(LogView)
+        await wait_until(
+            pilot, lambda: any("scripted failure" in e.line for e in log.entries), 60, "the lines"
+        )
+        await pilot.press("slash", *"log line", "enter")  # search
+        await wait_until(pilot, lambda: log.search == "log line", 30, "search set")
+        await pilot.press("ampersand")  # only the matching lines
+        await wait_until(pilot, lambda: log.only_matching, 30, "only matching")
+        await pilot.press("ampersand")
+        await wait_until(pilot, lambda: not log.only_matching, 30, "all lines again")
+
+        async def finds(key: str) -> None:
+            # Each key moves to a line that exists (a miss would toast "no more ...").
+            toasts, at = len(app.toast_log), log.current
+            await pilot.press(key)
+            await wait_until(pilot, lambda: log.current != at, 30, f"{key} moved")
+            assert len(app.toast_log) == toasts, (key, app.toast_log[toasts:])
+
+        await pilot.press("g")
+        for key in ("n", "n", "N"):  # next match, the one after, back to the previous
+            await finds(key)
+        for key in ("e", "e", "E"):  # the same over error lines (the traceback)
+            await finds(key)
+        for key, attr in (("t", "timestamps"), ("w", "wrap")):
+            before = getattr(log, attr)
+            await pilot.press(key)
+            await wait_until(pilot, lambda a=attr, b=before: getattr(log, a) != b, 30, key)
+        await pilot.press("S")  # save: a prompt with a default file name
+        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "save prompt")
+        await pilot.press(*["backspace"] * 40, *str(saved), "enter")
+        await wait_until(pilot, lambda: saved.exists(), 30, "the saved file")
+        assert "log line 4 of 4" in saved.read_text()
+        await pilot.press("o")  # the trial's view
+        await wait_until(pilot, lambda: isinstance(app.top_view(), TrialScreen), 30, "trial")
