@@ -302,3 +302,59 @@ async def test_logs_keys_against_the_master(cluster: Cluster, tmp_path) -> None:
         assert "log line 4 of 4" in saved.read_text()
         await pilot.press("o")  # the trial's view
         await wait_until(pilot, lambda: isinstance(app.top_view(), TrialScreen), 30, "trial")
+
+
+@sync
+async def test_table_keys_and_bulk_actions_against_the_master(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.cluster import ClusterScreen
+
+    exps = [submit(cluster, tmp_path, f"tui-t{i}") for i in (1, 2, 3)]
+    running_trial(cluster, exps[0])
+    app = DetTUI(client(cluster), start=("exps", None), interval=0.5)
+
+    def state(exp: int) -> str:
+        return cluster.experiment(exp)["experiment"]["state"]
+
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: len(table.view) == 3, 30, "three rows")
+        await pilot.press("G")
+        await wait_until(pilot, lambda: table.cursor == 2, 30, "G: last row")
+        await pilot.press("g")
+        await wait_until(pilot, lambda: table.cursor == 0, 30, "g: first row")
+        await pilot.press("j")
+        await wait_until(pilot, lambda: table.cursor == 1, 30, "j: down")
+        await pilot.press("k")
+        await wait_until(pilot, lambda: table.cursor == 0, 30, "k: up")
+        await pilot.press("s")
+        await wait_until(pilot, lambda: table.sort_column == 0, 30, "s: sort by a column")
+        await pilot.press("S")
+        await wait_until(pilot, lambda: table.sort_reverse, 30, "S: reversed")
+        await pilot.press("slash", *"tui-t2", "enter")
+        await wait_until(
+            pilot,
+            lambda: [r.key for r in table.view] == [str(exps[1])],
+            30,
+            "/: only the matching row",
+        )
+        await pilot.press("escape")  # clears the filter
+        await wait_until(pilot, lambda: len(table.view) == 3, 30, "all rows again")
+        # space marks rows; an action then applies to every marked row, on the master
+        for exp in exps[1:]:
+            table.move_to_key(str(exp))
+            await pilot.press("space")
+        await wait_until(pilot, lambda: len(table.marked) == 2, 30, "two marked")
+        await pilot.press("p")
+        await wait_until(
+            pilot, lambda: all(state(e) == "PAUSED" for e in exps[1:]), 60, "both paused"
+        )
+        assert state(exps[0]) == "ACTIVE"
+        await pilot.press("1")
+        await wait_until(pilot, lambda: isinstance(app.top_view(), ClusterScreen), 30, "GPUs")
+        await settle(pilot, 30)
+        focused = app.focused
+        await pilot.press("tab")  # agents <-> slots table
+        await wait_until(pilot, lambda: app.focused is not focused, 30, "tab: other table")
+    for exp in exps:
+        cluster.post(f"/experiments/{exp}/kill")
