@@ -358,3 +358,58 @@ async def test_table_keys_and_bulk_actions_against_the_master(cluster: Cluster, 
         await wait_until(pilot, lambda: app.focused is not focused, 30, "tab: other table")
     for exp in exps:
         cluster.post(f"/experiments/{exp}/kill")
+
+
+TWO_POOLS = """
+resource_pools:
+  - name: default
+  - name: spare
+"""
+
+
+@sync
+async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.common import Prompt
+
+    cluster = cluster_factory(master_yaml=TWO_POOLS)
+    cluster.start_agent("agent-1", slots=1)
+    api = client(cluster)
+    first = submit(cluster, tmp_path, "tui-p1")
+    running_trial(cluster, first)
+    second = submit(cluster, tmp_path, "tui-p2")
+
+    def jobs_by_pool() -> dict[str, dict[str, dict]]:
+        return {p["name"]: {j["job_id"]: j for j in p["jobs"]} for p in api.job_queues()}
+
+    wait_for(lambda: str(second) in jobs_by_pool().get("default", {}), 30, what="queued")
+    app = DetTUI(api, start=("queue", None), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        screen = app.screen
+        table = screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: str(second) in {r.key for r in table.rows}, 30)
+        table.move_to_key(str(second))
+        await pilot.press("w")  # weight, on the master
+        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "weight prompt")
+        await pilot.press(*"2", "enter")
+        await wait_until(
+            pilot,
+            lambda: jobs_by_pool()["default"][str(second)].get("weight") == 2,
+            30,
+            "weight 2 on the master",
+        )
+        await wait_until(pilot, lambda: table.current is not None, 30)
+        table.move_to_key(str(second))
+        await pilot.press("P")  # move the job to another pool, on the master
+        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "pool prompt")
+        await pilot.press(*"spare", "enter")
+        await wait_until(
+            pilot, lambda: str(second) in jobs_by_pool().get("spare", {}), 30, "moved to spare"
+        )
+        pool = screen.pool
+        await pilot.press("right_square_bracket")  # the next pool's queue
+        await wait_until(pilot, lambda: screen.pool != pool, 30, "]: next pool")
+        await pilot.press("left_square_bracket")  # and back
+        await wait_until(pilot, lambda: screen.pool == pool, 30, "[: previous pool")
+    for exp in (first, second):
+        cluster.post(f"/experiments/{exp}/kill")
