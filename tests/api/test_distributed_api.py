@@ -8,19 +8,24 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from master.db import db
-from master.models import Trial
 from tests.api.conftest import AGENT, CONFIG, login, poll, submit, trial_auth
 
 TWO_SLOTS = CONFIG + "resources: {slots_per_trial: 2}\n"
 
 
-def place_across(app: Flask, placements: tuple) -> None:
-    from master.services.allocations import create_allocation
+def schedule_across(app: Flask, placements: tuple) -> None:
+    """Run the master's scheduling pass (nothing placed by hand) and check where it put trial 1:
+    two one-slot agents, so the two-slot gang spans both."""
+    from master.models import Allocation
+    from master.services.allocations import containers_of
+    from master.services.scheduling import schedule_pass
 
     with app.app_context():
-        trial = db.session.get(Trial, 1)
-        create_allocation(trial, placements)
+        schedule_pass()
         db.session.commit()
+        alloc = db.session.query(Allocation).filter_by(trial_id=1).one()
+        got = {agent: tuple(c.get("slots") or ()) for agent, c in containers_of(alloc).items()}
+    assert got == dict(placements), got
 
 
 def starts(actions: list) -> list[dict]:
@@ -32,7 +37,7 @@ def test_each_agent_starts_its_container_and_they_meet(app: Flask, client: Flask
     submit(client, auth, TWO_SLOTS)
     poll(client, agent_id="a1")
     poll(client, agent_id="a2")
-    place_across(app, (("a1", (0,)), ("a2", (0,))))
+    schedule_across(app, (("a1", (0,)), ("a2", (0,))))
     s1 = starts(poll(client, agent_id="a1"))[0]
     s2 = starts(poll(client, agent_id="a2"))[0]
     assert (s1["env"]["DET_CONTAINER_RANK"], s2["env"]["DET_CONTAINER_RANK"]) == ("0", "1")
@@ -70,7 +75,7 @@ def test_one_failing_container_kills_the_others_and_the_trial_restarts(
     submit(client, auth, TWO_SLOTS)
     poll(client, agent_id="a1")
     poll(client, agent_id="a2")
-    place_across(app, (("a1", (0,)), ("a2", (0,))))
+    schedule_across(app, (("a1", (0,)), ("a2", (0,))))
     alloc = starts(poll(client, agent_id="a1"))[0]["allocation_id"]
     starts(poll(client, agent_id="a2"))
     poll(client, [{"id": alloc, "state": "RUNNING"}], agent_id="a1")

@@ -249,3 +249,167 @@ async def test_queue_and_trial_keys_against_the_master(cluster: Cluster, tmp_pat
         )
     for exp in (first, second, third):
         cluster.post(f"/experiments/{exp}/kill")
+
+
+@sync
+async def test_logs_keys_against_the_master(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.common import Prompt
+    from tui.screens.trial import TrialScreen
+
+    cfg = make_config(
+        cluster.ckpt_dir,
+        batches=10,
+        name="tui-logkeys",
+        hparams={"log_lines": 4, "fail_at_step": 3},
+    )
+    exp = int(client(cluster).create_experiment(cfg, model_tar())["id"])
+    d = cluster.wait_experiment(exp, {"ERROR", "COMPLETED"}, timeout=120)
+    trial = d["trials"][0]["id"]
+    saved = tmp_path / "saved.log"
+    app = DetTUI(client(cluster), start=("logs", trial), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        log = app.screen.query_one(LogView)
+        await wait_until(
+            pilot, lambda: any("scripted failure" in e.line for e in log.entries), 60, "the lines"
+        )
+        await pilot.press("slash", *"log line", "enter")  # search
+        await wait_until(pilot, lambda: log.search == "log line", 30, "search set")
+        await pilot.press("ampersand")  # only the matching lines
+        await wait_until(pilot, lambda: log.only_matching, 30, "only matching")
+        await pilot.press("ampersand")
+        await wait_until(pilot, lambda: not log.only_matching, 30, "all lines again")
+
+        async def finds(key: str) -> None:
+            # Each key moves to a line that exists (a miss would toast "no more ...").
+            toasts, at = len(app.toast_log), log.current
+            await pilot.press(key)
+            await wait_until(pilot, lambda: log.current != at, 30, f"{key} moved")
+            assert len(app.toast_log) == toasts, (key, app.toast_log[toasts:])
+
+        await pilot.press("g")
+        for key in ("n", "n", "N"):  # next match, the one after, back to the previous
+            await finds(key)
+        for key in ("e", "e", "E"):  # the same over error lines (the traceback)
+            await finds(key)
+        for key, attr in (("t", "timestamps"), ("w", "wrap")):
+            before = getattr(log, attr)
+            await pilot.press(key)
+            await wait_until(pilot, lambda a=attr, b=before: getattr(log, a) != b, 30, key)
+        await pilot.press("S")  # save: a prompt with a default file name
+        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "save prompt")
+        await pilot.press(*["backspace"] * 40, *str(saved), "enter")
+        await wait_until(pilot, lambda: saved.exists(), 30, "the saved file")
+        assert "log line 4 of 4" in saved.read_text()
+        await pilot.press("o")  # the trial's view
+        await wait_until(pilot, lambda: isinstance(app.top_view(), TrialScreen), 30, "trial")
+
+
+@sync
+async def test_table_keys_and_bulk_actions_against_the_master(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.cluster import ClusterScreen
+
+    exps = [submit(cluster, tmp_path, f"tui-t{i}") for i in (1, 2, 3)]
+    running_trial(cluster, exps[0])
+    app = DetTUI(client(cluster), start=("exps", None), interval=0.5)
+
+    def state(exp: int) -> str:
+        return cluster.experiment(exp)["experiment"]["state"]
+
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: len(table.view) == 3, 30, "three rows")
+        await pilot.press("G")
+        await wait_until(pilot, lambda: table.cursor == 2, 30, "G: last row")
+        await pilot.press("g")
+        await wait_until(pilot, lambda: table.cursor == 0, 30, "g: first row")
+        await pilot.press("j")
+        await wait_until(pilot, lambda: table.cursor == 1, 30, "j: down")
+        await pilot.press("k")
+        await wait_until(pilot, lambda: table.cursor == 0, 30, "k: up")
+        await pilot.press("s")
+        await wait_until(pilot, lambda: table.sort_column == 0, 30, "s: sort by a column")
+        await pilot.press("S")
+        await wait_until(pilot, lambda: table.sort_reverse, 30, "S: reversed")
+        await pilot.press("slash", *"tui-t2", "enter")
+        await wait_until(
+            pilot,
+            lambda: [r.key for r in table.view] == [str(exps[1])],
+            30,
+            "/: only the matching row",
+        )
+        await pilot.press("escape")  # clears the filter
+        await wait_until(pilot, lambda: len(table.view) == 3, 30, "all rows again")
+        # space marks rows; an action then applies to every marked row, on the master
+        for exp in exps[1:]:
+            table.move_to_key(str(exp))
+            await pilot.press("space")
+        await wait_until(pilot, lambda: len(table.marked) == 2, 30, "two marked")
+        await pilot.press("p")
+        await wait_until(
+            pilot, lambda: all(state(e) == "PAUSED" for e in exps[1:]), 60, "both paused"
+        )
+        assert state(exps[0]) == "ACTIVE"
+        await pilot.press("1")
+        await wait_until(pilot, lambda: isinstance(app.top_view(), ClusterScreen), 30, "GPUs")
+        await settle(pilot, 30)
+        focused = app.focused
+        await pilot.press("tab")  # agents <-> slots table
+        await wait_until(pilot, lambda: app.focused is not focused, 30, "tab: other table")
+    for exp in exps:
+        cluster.post(f"/experiments/{exp}/kill")
+
+
+TWO_POOLS = """
+resource_pools:
+  - name: default
+  - name: spare
+"""
+
+
+@sync
+async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tui.screens.common import Prompt
+
+    cluster = cluster_factory(master_yaml=TWO_POOLS)
+    cluster.start_agent("agent-1", slots=1)
+    api = client(cluster)
+    first = submit(cluster, tmp_path, "tui-p1")
+    running_trial(cluster, first)
+    second = submit(cluster, tmp_path, "tui-p2")
+
+    def jobs_by_pool() -> dict[str, dict[str, dict]]:
+        return {p["name"]: {j["job_id"]: j for j in p["jobs"]} for p in api.job_queues()}
+
+    wait_for(lambda: str(second) in jobs_by_pool().get("default", {}), 30, what="queued")
+    app = DetTUI(api, start=("queue", None), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, 30)
+        screen = app.screen
+        table = screen.query_one(ResourceTable)
+        await wait_until(pilot, lambda: str(second) in {r.key for r in table.rows}, 30)
+        table.move_to_key(str(second))
+        await pilot.press("w")  # weight, on the master
+        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "weight prompt")
+        await pilot.press(*"2", "enter")
+        await wait_until(
+            pilot,
+            lambda: jobs_by_pool()["default"][str(second)].get("weight") == 2,
+            30,
+            "weight 2 on the master",
+        )
+        await wait_until(pilot, lambda: table.current is not None, 30)
+        table.move_to_key(str(second))
+        await pilot.press("P")  # move the job to another pool, on the master
+        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "pool prompt")
+        await pilot.press(*"spare", "enter")
+        await wait_until(
+            pilot, lambda: str(second) in jobs_by_pool().get("spare", {}), 30, "moved to spare"
+        )
+        pool = screen.pool
+        await pilot.press("right_square_bracket")  # the next pool's queue
+        await wait_until(pilot, lambda: screen.pool != pool, 30, "]: next pool")
+        await pilot.press("left_square_bracket")  # and back
+        await wait_until(pilot, lambda: screen.pool == pool, 30, "[: previous pool")
+    for exp in (first, second):
+        cluster.post(f"/experiments/{exp}/kill")
