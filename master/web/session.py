@@ -59,6 +59,8 @@ def configure(app: Flask) -> None:
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=os.environ.get("DET_WEB_COOKIE_SECURE", "") in ("1", "true", "yes"),
         PERMANENT_SESSION_LIFETIME=timedelta(hours=cfg.token_ttl_hours),
+        # The cookie lives as long as its token; re-signing it on every poll is wasted work.
+        SESSION_REFRESH_EACH_REQUEST=False,
     )
 
 
