@@ -306,7 +306,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     from harness.cli.experiment_more import register_more
 
-    register_more(s)
+    set_fields = register_more(s)
 
     x = s.add_parser("logs", help="logs of the experiment's trials")
     x.add_argument("id", type=int, metavar="ID")
@@ -315,4 +315,4 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     from harness.cli import experiment_gc
 
-    experiment_gc.add_commands(s)  # set gc-policy, gc-preview, delete
+    experiment_gc.add_commands(s, set_fields)  # set gc-policy, gc-preview, delete

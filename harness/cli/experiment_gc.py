@@ -117,10 +117,9 @@ def _add_policy_flags(x: argparse.ArgumentParser) -> None:
         x.add_argument("--" + key.replace("_", "-"), dest=key, type=int, metavar="N")
 
 
-def add_commands(s: argparse._SubParsersAction) -> None:
-    x = s.add_parser("set", help="change an experiment setting (gc-policy)")
-    ss = x.add_subparsers(dest="setting", metavar="SETTING", required=True)
-    y = ss.add_parser("gc-policy", help="change the checkpoint GC policy (GC re-runs)")
+def add_commands(s: argparse._SubParsersAction, set_fields: argparse._SubParsersAction) -> None:
+    """gc-preview and delete, and `set gc-policy` among `det experiment set`'s fields."""
+    y = set_fields.add_parser("gc-policy", help="change the checkpoint GC policy (GC re-runs)")
     _add_policy_flags(y)
     y.add_argument("--yes", "-y", action="store_true", help="do not ask first")
     y.add_argument("--dry-run", action="store_true", help="only show what would be deleted")

@@ -100,7 +100,8 @@ def continue_experiment(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
-def register_more(s: argparse._SubParsersAction) -> None:
+def register_more(s: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Adds continue, download, set, label, ...; returns `set`'s fields (others add to it)."""
     x = s.add_parser("continue", help="train a single-trial experiment on from its checkpoint")
     x.add_argument("id", type=int, metavar="ID")
     x.add_argument(
@@ -138,3 +139,4 @@ def register_more(s: argparse._SubParsersAction) -> None:
         o.add_argument("id", type=int, metavar="ID")
         o.add_argument("label", metavar="LABEL")
         o.set_defaults(func=label)
+    return fields
