@@ -56,7 +56,7 @@ from bench._searchsim import (
 )
 from bench.objectives import Objective
 from bench.objectives.digits import EXPECTED_SEEDS
-from master.expconf import validate_experiment_config
+from detlab.expconf import validate_experiment_config
 from master.searcher import SEARCH_METHODS, make_searcher
 
 NAME = "search_efficiency"

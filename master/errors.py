@@ -7,7 +7,7 @@ import logging
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
 
-from master.expconf import ConfigError
+from detlab.expconf import ConfigError
 from master.states import IllegalTransition
 
 log = logging.getLogger("detlab.master")

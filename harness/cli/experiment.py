@@ -21,16 +21,9 @@ from harness.cli._modeldef import build_model_def
 
 
 def validate_config_text(text: str) -> dict:
-    """Validate locally (same schema as the master) so mistakes fail before any upload."""
-    try:
-        from master import expconf
-    except ImportError:  # a CLI-only install: the master validates anyway
-        import yaml
+    """Validate locally (the master's own schema, detlab.expconf) before any upload."""
+    from detlab import expconf
 
-        try:
-            return yaml.safe_load(text) or {}
-        except yaml.YAMLError as e:
-            raise CliError(f"invalid YAML: {e}") from e
     try:
         return expconf.validate_experiment_config(expconf.load_yaml(text))
     except expconf.ConfigError as e:

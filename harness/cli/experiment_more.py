@@ -70,7 +70,7 @@ def continue_experiment(cli: Cli, args: argparse.Namespace) -> int:
     the same config (plus --config overrides) and files, whose trial starts from it."""
     import yaml
 
-    from harness.api._errors import NotFound
+    from harness.api import NotFound
     from harness.cli._overrides import OverrideError, apply_overrides
 
     client = cli.client()

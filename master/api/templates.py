@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify
 
+from detlab.expconf import load_yaml, warnings_for
 from master.api._util import json_body
 from master.auth import require_user
 from master.errors import BadRequest
-from master.expconf import load_yaml, warnings_for
 from master.services import templates as svc
 
 bp = Blueprint("templates", __name__)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from master.expconf import SEARCHERS, ConfigError
+from detlab.expconf import SEARCHERS, ConfigError
 from master.searcher.asha import AdaptiveASHASearch
 from master.searcher.base import (
     Close,

@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from master.expconf import max_length_value
+from detlab.expconf import max_length_value
 from master.searcher._common import as_metric, concurrency_limit, decode_float, encode_float
 from master.searcher.base import (
     Close,

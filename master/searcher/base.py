@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from master.expconf import max_length_value
+from detlab.expconf import max_length_value
 from master.searcher.hparams import sample
 
 TRIAL_SEED_MAX = 2**31 - 1

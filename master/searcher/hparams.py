@@ -1,4 +1,4 @@
-"""Hyperparameter spaces (the normalised form from master.expconf): sampling and grids.
+"""Hyperparameter spaces (the normalised form from detlab.expconf): sampling and grids.
 
 Names are visited in sorted order so results do not depend on how a JSON store orders keys.
 """

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from master.expconf import length_unit, max_length_value, validate_experiment_config
+from detlab.expconf import length_unit, max_length_value, validate_experiment_config
 from master.searcher.asha import (
     asha_layout,
     bracket_total_length,

@@ -10,10 +10,10 @@ from flask import current_app
 from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import selectinload
 
+from detlab.expconf import ConfigError, load_yaml, validate_experiment_config, warnings_for
 from master.context import state_lock
 from master.db import db
 from master.errors import BadRequest, NotFound, TooLarge
-from master.expconf import ConfigError, load_yaml, validate_experiment_config, warnings_for
 from master.models import Allocation, Experiment, Trial, User
 from master.notify import agent_key, hub
 from master.searcher.model import unavailable as model_unavailable

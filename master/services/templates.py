@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy import select
 
+from detlab.expconf import ConfigError, load_yaml
+from detlab.expconf._merge import merge_with_sources
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
-from master.expconf import ConfigError, load_yaml
-from master.expconf._merge import merge_with_sources
 from master.models import ConfigTemplate
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")

@@ -17,9 +17,9 @@ from flask import (
 )
 from werkzeug.exceptions import HTTPException
 
+from detlab.expconf import ConfigError
 from master.auth import can_steer
 from master.errors import APIError
-from master.expconf import ConfigError
 from master.states import IllegalTransition
 from master.web import format as fmt
 from master.web.session import check_csrf, csrf_token, current_user

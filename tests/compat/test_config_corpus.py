@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from master.expconf import ConfigError, load_yaml, validate_experiment_config, warnings_for
-from master.expconf._determined import UNHONOURED
+from detlab.expconf import ConfigError, load_yaml, validate_experiment_config, warnings_for
+from detlab.expconf._determined import UNHONOURED
 
 CORPUS = Path(__file__).resolve().parent / "configs"
 ACCEPTED = sorted(CORPUS.glob("*.yaml"))

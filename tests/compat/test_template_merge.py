@@ -1,4 +1,4 @@
-"""Determined's template merge rules (master/expconf/_merge.py): one table per rule."""
+"""Determined's template merge rules (detlab/expconf/_merge.py): one table per rule."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from master.expconf._merge import merge, merge_with_sources
+from detlab.expconf._merge import merge, merge_with_sources
 
 Case = tuple[dict[str, Any], dict[str, Any], dict[str, Any]]
 

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from master.expconf import (
+from detlab.expconf import (
     ConfigError,
     length_unit,
     load_yaml,
     max_length_value,
     validate_experiment_config,
 )
-from master.expconf._schema import TOP_LEVEL_KEYS
+from detlab.expconf._schema import TOP_LEVEL_KEYS
 
 
 def base(**overrides: Any) -> dict[str, Any]:

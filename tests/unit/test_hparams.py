@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from master.expconf import validate_experiment_config
+from detlab.expconf import validate_experiment_config
 from master.searcher.hparams import float_points, grid, grid_size, int_points, sample
 
 

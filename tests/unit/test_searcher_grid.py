@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from master.expconf import validate_experiment_config
+from detlab.expconf import validate_experiment_config
 from master.searcher import (
     SEARCH_METHODS,
     Close,

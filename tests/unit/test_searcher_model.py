@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from master.expconf import ConfigError, validate_experiment_config
+from detlab.expconf import ConfigError, validate_experiment_config
 from master.searcher import AdaptiveASHASearch, Create, ValidateAfter, make_searcher
 from master.searcher.hparams import sample
 from master.searcher.model import (

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from master.expconf import ConfigError, validate_experiment_config
+from detlab.expconf import ConfigError, validate_experiment_config
 from master.searcher import AdaptiveASHASearch, ValidateAfter
 from master.searcher.preview import preview
 from tests.unit.test_searcher_properties import simulate

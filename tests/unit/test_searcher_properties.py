@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from master.expconf import validate_experiment_config
+from detlab.expconf import validate_experiment_config
 from master.searcher import (
     AdaptiveASHASearch,
     Close,

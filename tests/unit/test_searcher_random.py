@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from master.expconf import validate_experiment_config
+from detlab.expconf import validate_experiment_config
 from master.searcher import (
     SEARCH_METHODS,
     Close,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from master.expconf import ConfigError, validate_experiment_config
+from detlab.expconf import ConfigError, validate_experiment_config
 from master.searcher import (
     SEARCH_METHODS,
     Close,
@@ -64,7 +64,7 @@ def test_make_searcher_single() -> None:
 
 
 def test_every_documented_searcher_is_implemented() -> None:
-    from master.expconf import SEARCHERS
+    from detlab.expconf import SEARCHERS
 
     assert set(SEARCHERS) <= set(SEARCH_METHODS)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bench._searchsim import SearchResult, run_detlab, run_optuna, rung_lengths, suggest
-from master.expconf import validate_experiment_config
+from detlab.expconf import validate_experiment_config
 from master.searcher import (
     Close,
     ExitedReason,

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from werkzeug.datastructures import MultiDict
 
+from detlab.expconf import load_yaml, validate_experiment_config
 from master.errors import BadRequest
-from master.expconf import load_yaml, validate_experiment_config
 from master.searcher import make_searcher
 from master.web import format as fmt
 from master.web.searcher_view import asha_brackets, searcher_summary

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from master.expconf._errors import ConfigError
+from detlab.expconf._errors import ConfigError
 
 _Base: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

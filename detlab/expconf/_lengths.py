@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from master.expconf._check import describe, is_int, join
-from master.expconf._errors import ConfigError
+from detlab.expconf._check import describe, is_int, join
+from detlab.expconf._errors import ConfigError
 
 UNITS = ("batches", "records", "epochs")
 

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from master.expconf._errors import ConfigError
+from detlab.expconf._errors import ConfigError
 
 
 class _Required:

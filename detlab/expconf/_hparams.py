@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from master.expconf._check import (
+from detlab.expconf._check import (
     REQUIRED,
     describe,
     get_int,
@@ -14,7 +14,7 @@ from master.expconf._check import (
     json_value,
     mapping,
 )
-from master.expconf._errors import ConfigError
+from detlab.expconf._errors import ConfigError
 
 TYPES = ("const", "int", "double", "log", "categorical", "object")
 NUMERIC = ("int", "double", "log")

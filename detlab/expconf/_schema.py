@@ -10,7 +10,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from master.expconf._check import (
+from detlab.expconf._check import (
     REQUIRED,
     describe,
     get_bool,
@@ -21,12 +21,12 @@ from master.expconf._check import (
     item,
     mapping,
 )
-from master.expconf._determined import strip_unhonoured
-from master.expconf._errors import ConfigError
-from master.expconf._hparams import check_grid, normalize_hyperparameters
-from master.expconf._lengths import parse_length
-from master.expconf._searcher import parse_searcher
-from master.expconf._sections import (
+from detlab.expconf._determined import strip_unhonoured
+from detlab.expconf._errors import ConfigError
+from detlab.expconf._hparams import check_grid, normalize_hyperparameters
+from detlab.expconf._lengths import parse_length
+from detlab.expconf._searcher import parse_searcher
+from detlab.expconf._sections import (
     merge_storage,
     parse_bind_mounts,
     parse_checkpoint_storage,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from master.expconf._check import (
+from detlab.expconf._check import (
     REQUIRED,
     describe,
     expect_int,
@@ -16,8 +16,8 @@ from master.expconf._check import (
     join,
     mapping,
 )
-from master.expconf._errors import ConfigError
-from master.expconf._lengths import parse_length
+from detlab.expconf._errors import ConfigError
+from detlab.expconf._lengths import parse_length
 
 SEARCHERS = ("single", "grid", "random", "adaptive_asha")
 MODES = ("aggressive", "standard", "conservative")

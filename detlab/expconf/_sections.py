@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from master.expconf._check import (
+from detlab.expconf._check import (
     REQUIRED,
     describe,
     expect_int,
@@ -21,7 +21,7 @@ from master.expconf._check import (
     join,
     mapping,
 )
-from master.expconf._errors import ConfigError
+from detlab.expconf._errors import ConfigError
 
 DEFAULT_IMAGE = "python:3.11-slim"
 DEFAULT_PRIORITY = 42
