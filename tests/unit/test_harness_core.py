@@ -199,3 +199,42 @@ def test_rejected_token_orphans_the_trial(master: Master) -> None:
     with core.init(on_orphaned=lambda msg: orphaned.set()) as ctx:
         ctx.train.report_training_metrics(1, {"loss": 1})
         assert orphaned.wait(5)
+
+
+def test_checkpoint_registration_rides_out_a_master_outage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A master restart mid-registration costs no failure: unreachable and 5xx are retried, a
+    409 after a retry is the earlier attempt having landed, and a 4xx is the caller's to see."""
+    from harness.api import APIError, BadRequest, Conflict, MasterUnreachable
+    from harness.core import _checkpoint
+
+    monkeypatch.setattr(_checkpoint.time, "sleep", lambda _s: None)
+    outcomes: list[Exception | None] = [
+        MasterUnreachable("connection refused"),
+        APIError(503, "database away"),
+        Conflict(409, "checkpoint u is already registered"),
+    ]
+    calls: list[int] = []
+
+    def register() -> None:
+        calls.append(1)
+        if outcomes:
+            raise outcomes.pop(0)
+
+    _checkpoint._register_through_outages(register, "u")
+    assert len(calls) == 3 and not outcomes
+
+    with pytest.raises(Conflict):  # a first-attempt 409 is a real conflict
+        _checkpoint._register_through_outages(
+            lambda: (_ for _ in ()).throw(Conflict(409, "already")), "u"
+        )
+    with pytest.raises(BadRequest):
+        _checkpoint._register_through_outages(
+            lambda: (_ for _ in ()).throw(BadRequest(400, "bad")), "u"
+        )
+    monkeypatch.setattr(_checkpoint, "MASTER_OUTAGE_S", 0.0)
+    with pytest.raises(MasterUnreachable):  # the outage outlasted the budget
+        _checkpoint._register_through_outages(
+            lambda: (_ for _ in ()).throw(MasterUnreachable("down")), "u"
+        )
