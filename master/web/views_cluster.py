@@ -6,6 +6,7 @@ from flask import flash, redirect, render_template, request, url_for
 
 from master.auth import can_steer
 from master.errors import BadRequest, Forbidden
+from master.provisioner.listing import pools_json
 from master.services import job_queue as job_svc
 from master.services.cluster_view import agents_overview, idle_but_allocated
 from master.services.experiments import get_experiment
@@ -18,6 +19,7 @@ def _context() -> dict:
     return {
         "agents": agents_overview(),
         "pools": job_svc.queue_jobs(),
+        "provider_pools": pools_json(),
         "idle_but_allocated": idle_but_allocated,
     }
 

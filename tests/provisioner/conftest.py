@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from detlab.protocol import PROTOCOL_VERSION
 from tests.cluster import BIN, Cluster, free_port, wait_for
 from tests.provisioner.fake_gce import FakeComputeEngine
 
@@ -174,7 +175,7 @@ def pools(cluster: Cluster) -> dict[str, dict]:
 def poll_with(cluster: Cluster, agent_id: str, token: str) -> int:
     r = requests.post(
         f"{cluster.url}/api/v1/agents/{agent_id}/poll",
-        json={"slots": [], "allocations": [], "wait": 0, "resource_pool": "gpu"},
+        json={"protocol": PROTOCOL_VERSION, "slots": [], "wait": 0, "resource_pool": "gpu"},
         headers={"Authorization": f"Bearer {token}"},
         timeout=10,
     )

@@ -7,6 +7,7 @@ import re
 from flask import Flask
 from flask.testing import FlaskClient
 
+from detlab.protocol import PROTOCOL_VERSION
 from tests.api.conftest import AGENT, poll, schedule, start_one, trial_auth
 from tests.web.conftest import CONFIG, signed_in, submit
 
@@ -309,6 +310,7 @@ def test_cluster_page_and_queue(app: Flask, client: FlaskClient, admin_auth: dic
     second = submit(client, admin_auth)["experiment"]["id"]
     poll(client)
     body = {
+        "protocol": PROTOCOL_VERSION,
         "resource_pool": "default",
         "slots": [
             {"index": 0, "type": "cpu", "stats": {"util_percent": 1.0, "memory_used_mb": 512}}
