@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -392,3 +393,58 @@ def test_long_series_answer_fast_then_exact(
     assert 50_500 in steps
     page = web.get(f"/trials/{trial_id}")
     assert 'value="training:loss"' in page.text  # names from the long series' ends
+
+
+def _cloud_pools() -> list:
+    from master.config import ResourcePoolConfig
+    from master.provisioner.config import parse_provider
+
+    aws = parse_provider(
+        {
+            "type": "aws",
+            "region": "us-east-1",
+            "image_id": "ami-0123",
+            "instance_type": "g5.xlarge",
+            "instance_slots": 1,
+            "max_instances": 3,
+        },
+        "resource_pools[1].provider",
+    )
+    return [ResourcePoolConfig(name="default"), ResourcePoolConfig(name="gpu", provider=aws)]
+
+
+@pytest.mark.parametrize("app", [{"resource_pools": _cloud_pools()}], indirect=True)
+def test_cluster_page_shows_cloud_instances_and_the_last_launch_error(app: Flask) -> None:
+    """The elastic pools' instances and launch errors are shown where people look."""
+    from master.db import db, utcnow
+    from master.models import Instance, ProvisionerPool
+
+    with app.app_context():
+        db.session.add(
+            Instance(
+                id="launch-1",
+                pool="gpu",
+                provider="aws",
+                cloud_id="i-0abc",
+                state="RUNNING",
+                state_reason="its agent connected",
+                instance_type="g5.xlarge",
+                slots=1,
+                spot=True,
+            )
+        )
+        db.session.add(
+            ProvisionerPool(
+                name="gpu",
+                cluster_id="c1",
+                last_error="InsufficientInstanceCapacity: <no g5 in us-east-1a>",
+                last_error_at=utcnow(),
+            )
+        )
+        db.session.commit()
+    page = signed_in(app).get("/cluster")
+    assert page.status_code == 200
+    assert 'id="cloud-gpu"' in page.text and "i-0abc" in page.text
+    assert "RUNNING (spot)" in page.text and "its agent connected" in page.text
+    assert "InsufficientInstanceCapacity: &lt;no g5 in us-east-1a&gt;" in page.text  # escaped
+    assert 'id="cloud-default"' not in page.text  # a pool without a provider has no such card
