@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `bench` and t
 from bench import (  # noqa: E402
     agent_load,
     checkpoint_transfer,
+    device_throughput,
     docker_start,
     metrics_ingest,
     provisioner_cost,
@@ -45,6 +46,9 @@ def main() -> int:
         ),
         tui_refresh.NAME: lambda a: tui_refresh.run(docs=a.docs),
         trial_throughput.NAME: lambda a: trial_throughput.run(rounds=a.rounds, docs=a.docs),
+        device_throughput.NAME: lambda a: device_throughput.run(
+            device=a.device, rounds=a.device_rounds, docs=a.docs
+        ),
         docker_start.NAME: lambda a: docker_start.run(n=a.docker_submissions, docs=a.docs),
         agent_load.NAME: lambda a: agent_load.run(docs=a.docs),
         search_efficiency.NAME: lambda a: search_efficiency.run(
@@ -111,6 +115,8 @@ def main() -> int:
         "--no-ray", dest="ray", action="store_false", help="trial_overhead: skip Ray Tune"
     )
     parser.add_argument("--rounds", type=int, default=15, help="trial_throughput: rounds per side")
+    parser.add_argument("--device", help="device_throughput: cuda (default when present) or cpu")
+    parser.add_argument("--device-rounds", type=int, default=9, help="device_throughput: rounds")
     parser.add_argument("--big-mb", type=int, default=1024, help="checkpoint_transfer: big file")
     parser.add_argument("--small-count", type=int, default=1000, help="checkpoint_transfer")
     parser.add_argument("--small-kb", type=int, default=1024, help="checkpoint_transfer")

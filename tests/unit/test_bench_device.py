@@ -1,0 +1,26 @@
+"""device_throughput runs its three sides on any device (here the CPU) and pairs them by round."""
+
+from __future__ import annotations
+
+import torch
+
+from bench import device_throughput as bench
+
+
+def test_three_sides_train_the_same_work_and_are_paired_by_round() -> None:
+    batches = bench.WARMUP + 2 * bench.REPORT_EVERY + 1
+    r = bench.measure(
+        bench.wide_mlp(32), bench.wide_data(), 64, batches, rounds=2, dev=torch.device("cpu")
+    )
+    assert len(r["hand"]) == len(r["trial"]) == len(r["trainer"]) == 2
+    assert all(rate > 0 for side in ("hand", "trial", "trainer") for rate in r[side])
+    for side in ("trial", "trainer"):
+        lo, hi = r[f"{side}_ratio_range"]
+        assert lo <= r[f"{side}_ratio"] <= hi
+
+
+def test_without_cuda_it_says_so_and_runs_nothing(capsys) -> None:  # type: ignore[no-untyped-def]
+    if torch.cuda.is_available():  # a GPU machine runs the real benchmark instead
+        return
+    assert bench.run(docs=False) is None
+    assert "no CUDA device here" in capsys.readouterr().out
