@@ -18,6 +18,7 @@ class ExitCause(StrEnum):
     IMAGE_PULL_FAILED = "image_pull_failed"  # the container image cannot be pulled
     PREEMPTION_TIMEOUT = "preemption_timeout"  # ignored the preemption signal past the timeout
     AGENT_LOST = "agent_lost"  # the agent stopped polling
+    INSTANCE_INTERRUPTED = "instance_interrupted"  # its spot/preemptible instance was taken back
     CONTAINER_GONE = "container_gone"  # the agent restarted without it
     KILLED_BEFORE_START = "killed_before_start"
 
@@ -33,7 +34,7 @@ class ExitCause(StrEnum):
     @property
     def trials_fault(self) -> bool:
         """False when the trial is requeued without spending one of its restarts."""
-        return self not in (ExitCause.AGENT_SHUTDOWN,)
+        return self not in (ExitCause.AGENT_SHUTDOWN, ExitCause.INSTANCE_INTERRUPTED)
 
     @classmethod
     def parse(cls, value: object) -> ExitCause | None:
@@ -48,6 +49,7 @@ _MESSAGES = {
     ExitCause.IMAGE_PULL_FAILED: "cannot pull the image",
     ExitCause.PREEMPTION_TIMEOUT: "killed: it ignored the preemption signal past the timeout",
     ExitCause.AGENT_LOST: "the agent was lost",
+    ExitCause.INSTANCE_INTERRUPTED: "its spot/preemptible instance was interrupted",
     ExitCause.CONTAINER_GONE: "the agent no longer runs this allocation",
     ExitCause.KILLED_BEFORE_START: "killed before it started",
 }

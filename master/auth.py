@@ -145,7 +145,7 @@ def resolve(token: str) -> Principal:
         if agent_id is None:
             raise Unauthenticated(why or "unknown join token")
         p = Principal(kind="agent", agent_id=agent_id)
-        token_cache.put(digest, p)
+        token_cache().put(digest, p)
         return p
     if row is None or row.revoked:
         raise Unauthenticated("invalid or expired token; log in again (det user login NAME)")

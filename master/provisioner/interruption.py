@@ -49,7 +49,7 @@ def interrupted(agent_id: str) -> dict:
             preempted.append(alloc.id)
         db.session.commit()
     for aid in preempted:
-        hub.notify(preempt_key(aid))
+        hub().notify(preempt_key(aid))
     log.warning(
         "agent %s: interruption notice; preempting %d allocation(s)", agent_id, len(preempted)
     )

@@ -246,18 +246,20 @@ def _requeue_interrupted(row: Instance) -> None:
     a failure counted (the lost-agent reaper would count one)."""
     if row.interrupted_at is None or not row.cloud_id:
         return
-    from master.services.trials import AGENT_SHUTDOWN, allocation_exited
+    from detlab.protocol import ExitCause
+    from master.services.trials import allocation_exited
 
     allocs = _allocations_on(row.cloud_id)
+    why = f"instance {row.cloud_id} was interrupted (spot/preemptible)"
     for alloc in allocs:
-        allocation_exited(alloc, None, f"{AGENT_SHUTDOWN}: instance {row.cloud_id} was interrupted")
+        allocation_exited(alloc, None, why, ExitCause.INSTANCE_INTERRUPTED)
     if allocs:
         request_schedule()
 
 
 def _revoke(row: Instance) -> None:
     if row.join_token_hash:
-        token_cache.evict(row.join_token_hash)
+        token_cache().evict(row.join_token_hash)
     row.join_token_hash = None
 
 

@@ -58,6 +58,7 @@ BASE = ExitFacts(
             Outcome.REQUEUE,
             None,
         ),
+        ({"exit_code": None, "cause": ExitCause.INSTANCE_INTERRUPTED}, Outcome.REQUEUE, None),
         ({"exit_code": 1, "kill_requested": True}, Outcome.KILLED, State.CANCELED),
         ({"exit_code": 1}, Outcome.RESTART, None),
         ({"exit_code": None, "cause": ExitCause.AGENT_LOST}, Outcome.RESTART, None),
