@@ -33,7 +33,15 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from bench._report import Row, publish
-from bench.trial_throughput import REPORT_EVERY, WARMUP, cnn, cnn_data, digits_data, digits_model
+from bench.trial_throughput import (
+    REPORT_EVERY,
+    WARMUP,
+    cnn,
+    cnn_data,
+    digits_data,
+    digits_model,
+    trial_class,
+)
 from harness import pytorch
 
 NAME = "device_throughput"
@@ -78,38 +86,6 @@ class WallClock:
 
     def rate(self, batch_size: int) -> float:
         return (self.end - self.start) * batch_size / (self.t1 - self.t0)
-
-
-def trial_class(
-    model_fn: Callable[[], nn.Module], data: TensorDataset, clock: WallClock
-) -> type[pytorch.PyTorchTrial]:
-    class BenchTrial(pytorch.PyTorchTrial):
-        def __init__(self, context: pytorch.PyTorchTrialContext, hparams: Any = None) -> None:
-            self.context = context
-            self.model = context.wrap_model(model_fn())
-            self.opt = context.wrap_optimizer(torch.optim.Adam(self.model.parameters(), lr=1e-3))
-            self.loss_fn = nn.CrossEntropyLoss()
-
-        def build_training_data_loader(self) -> pytorch.DataLoader:
-            bs = self.context.get_per_slot_batch_size()
-            return pytorch.DataLoader(data, batch_size=bs, shuffle=True, drop_last=True)
-
-        def build_validation_data_loader(self) -> pytorch.DataLoader:
-            return pytorch.DataLoader(torch.utils.data.Subset(data, range(256)), batch_size=256)
-
-        def train_batch(self, batch: Any, epoch_idx: int, batch_idx: int) -> dict[str, Any]:
-            clock.tick(batch_idx)
-            x, y = batch  # already on the device (the harness moves every batch)
-            loss = self.loss_fn(self.model(x), y)
-            self.context.backward(loss)
-            self.context.step_optimizer(self.opt)
-            return {"loss": loss}
-
-        def evaluate_batch(self, batch: Any) -> dict[str, Any]:
-            x, y = batch
-            return {"val_loss": self.loss_fn(self.model(x), y)}
-
-    return BenchTrial
 
 
 @contextlib.contextmanager

@@ -94,10 +94,13 @@ class Clock:
 
 
 def trial_class(
-    model_fn: Callable[[], nn.Module], data: TensorDataset, clock: Clock
+    model_fn: Callable[[], nn.Module], data: TensorDataset, clock: Any
 ) -> type[pytorch.PyTorchTrial]:
+    """The benchmark's trial; `clock.tick(batch_idx)` is called at each training batch (also
+    used by device_throughput, whose clock synchronises the device)."""
+
     class BenchTrial(pytorch.PyTorchTrial):
-        def __init__(self, context: pytorch.PyTorchTrialContext) -> None:
+        def __init__(self, context: pytorch.PyTorchTrialContext, hparams: Any = None) -> None:
             self.context = context
             self.model = context.wrap_model(model_fn())
             self.opt = context.wrap_optimizer(torch.optim.Adam(self.model.parameters(), lr=1e-3))

@@ -8,6 +8,8 @@ Nothing else in the master assigns a `.state` (tests/unit/test_architecture.py c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from master.db import db, utcnow
 from master.models import (
     Agent,
@@ -28,6 +30,7 @@ from master.states import (
     AllocationState,
     CheckpointState,
     InstanceState,
+    S,
     State,
     check_in_table,
     is_terminal,
@@ -49,79 +52,76 @@ def _record(entity: str, ident: int | str, src: str | None, dst: str, why: str) 
     )
 
 
+def _move(
+    table: Mapping[S, frozenset[S]], kind: str, ident: int | str, src: S, dst: S, why: str
+) -> bool:
+    """Check `src -> dst` against `table` and record it; False when there is nothing to change.
+    Each writer below then assigns the state and the fields that go with it."""
+    check_in_table(table, kind, ident, src, dst)
+    if src == dst:
+        return False
+    _record(kind, ident, src, dst, why)
+    return True
+
+
 def set_experiment_state(exp: Experiment, dst: State, why: str) -> bool:
     """Move an experiment to `dst`; False (and nothing written) when it is already there."""
-    src = State(exp.state)
-    check_in_table(TRANSITIONS, "experiment", exp.id, src, dst)
-    if src == dst:
+    if not _move(TRANSITIONS, "experiment", exp.id, State(exp.state), dst, why):
         return False
     exp.state = dst
     if is_terminal(dst):
         exp.ended_at = exp.ended_at or utcnow()
-    _record("experiment", exp.id, src, dst, why)
     return True
 
 
 def set_trial_state(trial: Trial, dst: State, why: str) -> bool:
     """Move a trial to `dst`; a terminal state stamps `ended_at`."""
-    src = State(trial.state)
-    check_in_table(TRANSITIONS, "trial", trial.id, src, dst)
-    if src == dst:
+    if not _move(TRANSITIONS, "trial", trial.id, State(trial.state), dst, why):
         return False
     trial.state = dst
     if is_terminal(dst):
         trial.ended_at = trial.ended_at or utcnow()
-    _record("trial", trial.id, src, dst, why)
     return True
 
 
 def set_allocation_state(alloc: Allocation, dst: AllocationState, why: str) -> bool:
     src = AllocationState(alloc.state)
-    check_in_table(ALLOCATION_TRANSITIONS, "allocation", alloc.id, src, dst)
-    if src == dst:
+    if not _move(ALLOCATION_TRANSITIONS, "allocation", alloc.id, src, dst, why):
         return False
     alloc.state = dst
-    now = utcnow()
     if dst == AllocationState.RUNNING:
-        alloc.started_at = alloc.started_at or now
+        alloc.started_at = alloc.started_at or utcnow()
     elif dst == AllocationState.TERMINATED:
-        alloc.ended_at = now
-    _record("allocation", alloc.id, src, dst, why)
+        alloc.ended_at = utcnow()
     return True
 
 
 def set_agent_state(agent: Agent, dst: AgentState, why: str) -> bool:
-    src = AgentState(agent.state)
-    check_in_table(AGENT_TRANSITIONS, "agent", agent.id, src, dst)
-    if src == dst:
+    if not _move(AGENT_TRANSITIONS, "agent", agent.id, AgentState(agent.state), dst, why):
         return False
     agent.state = dst
-    _record("agent", agent.id, src, dst, why)
     return True
 
 
 def set_checkpoint_state(ckpt: Checkpoint, dst: CheckpointState, why: str) -> bool:
     """Move a checkpoint through its deletion states; its latest reason stays on the row."""
+    # Rows written before checkpoints had a state machine said COMPLETED for a stored one.
     src = CheckpointState.ACTIVE if ckpt.state == "COMPLETED" else CheckpointState(ckpt.state)
-    check_in_table(CHECKPOINT_TRANSITIONS, "checkpoint", ckpt.uuid, src, dst)
-    if src == dst:
+    if not _move(CHECKPOINT_TRANSITIONS, "checkpoint", ckpt.uuid, src, dst, why):
         return False
     ckpt.state = dst.value
     ckpt.state_reason = why[:MAX_REASON]
     ckpt.state_changed_at = utcnow()
-    _record("checkpoint", ckpt.uuid, src, dst, why)
     return True
 
 
 def set_instance_state(instance: Instance, dst: InstanceState, why: str) -> bool:
     """Move a cloud instance through its lifecycle; its latest reason stays on the row."""
     src = InstanceState(instance.state)
-    check_in_table(INSTANCE_TRANSITIONS, "instance", instance.id, src, dst)
-    if src == dst:
+    if not _move(INSTANCE_TRANSITIONS, "instance", instance.id, src, dst, why):
         return False
     instance.state = dst.value
     instance.state_reason = why[:MAX_REASON]
-    _record("instance", instance.id, src, dst, why)
     return True
 
 
