@@ -20,8 +20,9 @@ def json_body() -> dict[str, Any]:
     return body
 
 
-def int_arg(name: str, default: int, lo: int = 0, hi: int = 2**62) -> int:
-    raw = request.args.get(name)
+def int_arg(name: str, default: int, lo: int = 0, hi: int = 2**62, args: Any = None) -> int:
+    """An integer query argument in [lo, hi] (of `args`, default the request's), else 400."""
+    raw = (request.args if args is None else args).get(name)
     if raw is None or raw == "":
         return default
     try:

@@ -17,16 +17,9 @@ MAX_PER_PAGE = 500
 
 
 def _int(args: MultiDict, name: str, default: int, lo: int, hi: int) -> int:
-    raw = args.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        val = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer, got {raw!r}", path=name) from None
-    if not lo <= val <= hi:
-        raise BadRequest(f"{name} must be between {lo} and {hi}", path=name)
-    return val
+    from master.api._util import int_arg
+
+    return int_arg(name, default, lo, hi, args=args)
 
 
 def split_list(args: MultiDict, name: str) -> list[str]:
