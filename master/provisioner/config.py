@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from master.provisioner.aws_types import known_families, slots_for
+
 
 class ProviderConfigError(ValueError):
     pass
@@ -230,6 +232,14 @@ def _aws(raw: dict, path: str, kw: dict[str, Any]) -> None:
     if not isinstance(itype, str) or not itype:
         raise ProviderConfigError(f"{path}.instance_type: expected a string, got {itype!r}")
     kw["aws_instance_type"] = itype
+    if kw["instance_slots"] == 0:
+        known = slots_for(itype)
+        if known is None:
+            raise ProviderConfigError(
+                f"{path}.instance_slots: required for instance type {itype!r}, whose GPU count "
+                f"detlab does not know (known families: {', '.join(known_families())})"
+            )
+        kw["instance_slots"] = known
     kw["spot"] = _bool(raw, "spot", path)
     kw["root_volume_size"] = _int(raw, "root_volume_size", path, 200, 1)
     kw["network_interface"] = _dict(raw, "network_interface", path)

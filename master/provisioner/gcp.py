@@ -58,7 +58,8 @@ class GcpProvider:
         )
         for inst in self.client.list(request=req):
             if inst.status in ("TERMINATED", "STOPPED"):
-                state = "terminated"
+                # GCE's TERMINATED is "stopped" (a preempted VM ends there) and still exists.
+                state = "stopped"
             elif inst.status == "RUNNING":
                 state = "running"
             elif inst.status in ("STOPPING", "SUSPENDING", "SUSPENDED"):

@@ -25,7 +25,9 @@ class CloudInstance:
     cloud_id: str  # the EC2 instance id / GCE instance name (also the agent id)
     launch_id: str  # our LAUNCH_TAG ("" when the tag is missing)
     pool: str
-    state: str  # "pending" | "running" | "stopping" | "terminated"
+    # "pending" | "running" | "stopping" | "terminated" | "stopped": a stopped instance (a
+    # preempted GCE VM) still exists and bills for its disks, so the master deletes it.
+    state: str
     instance_type: str = ""
     spot: bool = False
 

@@ -121,6 +121,9 @@ def pool_pass(name: str, pc: ProviderConfig, now: Callable[[], datetime] = utcno
         _launch(name, pc, provider, decision.launch)
 
 
+GONE = "gone from the cloud"
+
+
 def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = "?") -> list[str]:
     """Bring the rows in line with the cloud. Returns orphan cloud ids to terminate."""
     by_launch = {c.launch_id: c for c in cloud if c.launch_id}
@@ -164,10 +167,10 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
             continue  # just launched: the cloud's listing may not show it yet
         if (
             c is None
-            or c.state == "terminated"
+            or c.state in ("terminated", "stopped")
             or (c.state == "stopping" and row.interrupted_at is not None)
         ):
-            _ended(row, now, "gone from the cloud")
+            _ended(row, now, "stopped by the cloud" if c and c.state == "stopped" else GONE)
             continue
         if row.state == S.TERMINATING:
             continue
@@ -186,9 +189,11 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
                 row.last_busy_at = now
         elif row.state == S.RUNNING and agent is not None and agent.state != AgentState.ACTIVE:
             transition(row, S.STARTING, f"its agent is {agent.state}")
-    orphans = []
+    # Stopped instances of ours (a preempted GCE VM stays, stopped, and bills for its disks):
+    # deleted, whether or not a row still names them.
+    orphans = [c.cloud_id for c in cloud if c.state == "stopped"]
     for c in cloud:
-        if c.launch_id in known or c.cloud_id in known or c.state == "terminated":
+        if c.launch_id in known or c.cloud_id in known or c.state in ("terminated", "stopped"):
             continue
         # Tagged as ours, yet no row launched it: never leave it running (and billing).
         row = Instance(

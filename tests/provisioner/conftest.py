@@ -70,15 +70,23 @@ def gce() -> Iterator[FakeComputeEngine]:
 
 
 class Notice:
-    """A metadata server: 404 (AWS: no spot action) until `interrupt()`, then 200 + JSON."""
+    """A metadata server. AWS: 404 (no spot action) until `interrupt()`, then 200 + JSON.
+    GCP: "FALSE" until `interrupt()`, then "TRUE"; 403 without `Metadata-Flavor: Google`."""
 
-    def __init__(self) -> None:
+    def __init__(self, flavor: str = "aws") -> None:
         self.interrupted = threading.Event()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
-                if outer.interrupted.is_set():
+                if flavor == "gcp":
+                    if self.headers.get("Metadata-Flavor") != "Google":
+                        body = b"missing Metadata-Flavor header"
+                        self.send_response(403)
+                    else:
+                        body = b"TRUE" if outer.interrupted.is_set() else b"FALSE"
+                        self.send_response(200)
+                elif outer.interrupted.is_set():
                     body = b'{"action": "terminate", "time": "2026-11-26T14:00:00Z"}'
                     self.send_response(200)
                 else:
@@ -92,9 +100,12 @@ class Notice:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = (
-            f"http://127.0.0.1:{self.server.server_port}/latest/meta-data/spot/instance-action"
+        path = (
+            "/computeMetadata/v1/instance/preempted"
+            if flavor == "gcp"
+            else "/latest/meta-data/spot/instance-action"
         )
+        self.url = f"http://127.0.0.1:{self.server.server_port}{path}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def interrupt(self) -> None:
@@ -107,6 +118,15 @@ class Notice:
 @pytest.fixture
 def notice() -> Iterator[Notice]:
     n = Notice()
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+@pytest.fixture
+def gce_notice() -> Iterator[Notice]:
+    n = Notice("gcp")
     try:
         yield n
     finally:

@@ -137,6 +137,22 @@ class FakeComputeEngine:
             elif inst["status"] == "STAGING":
                 inst["status"] = "RUNNING"
 
+    def preempt(self, name: str) -> None:
+        """What GCE does to a preempted VM: stops it; it stays listed as TERMINATED."""
+        with self.lock:
+            self.instances[name]["status"] = "TERMINATED"
+
+    def add_labelled(self, name: str, labels: dict[str, str]) -> None:
+        """An instance created behind the master's back (another tool, a lost record)."""
+        with self.lock:
+            self.instances[name] = {
+                "name": name,
+                "labels": labels,
+                "status": "RUNNING",
+                "machineType": "zones/us-central1-a/machineTypes/n1-standard-8",
+                "scheduling": {"preemptible": False},
+            }
+
     def start(self) -> FakeComputeEngine:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self

@@ -80,6 +80,33 @@ def test_determined_gcp_config_carries_over(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("instance_type", "slots"),
+    [("p3.8xlarge", 4), ("p3.2xlarge", 1), ("g4dn.xlarge", 1), ("g5.48xlarge", 8), ("t3.large", 1)],
+)
+def test_aws_instance_slots_default_to_the_types_gpu_count(
+    tmp_path: Path, instance_type: str, slots: int
+) -> None:
+    # Determined's aws configs name only the instance type.
+    text = DETERMINED_AWS.replace("      instance_slots: 4\n", "").replace(
+        "p3.8xlarge", instance_type
+    )
+    pc = load(tmp_path, text).resource_pools[1].provider
+    assert pc.instance_slots == slots
+
+
+def test_aws_unknown_instance_type_needs_instance_slots(tmp_path: Path) -> None:
+    text = DETERMINED_AWS.replace("      instance_slots: 4\n", "").replace("p3.8xlarge", "x9.huge")
+    with pytest.raises(MasterConfigError) as e:
+        load(tmp_path, text)
+    msg = str(e.value)
+    assert "resource_pools[1].provider.instance_slots" in msg and "'x9.huge'" in msg
+    assert "p3" in msg  # the families it does know
+    # ... and an explicit count is taken as given, known type or not.
+    text = DETERMINED_AWS.replace("p3.8xlarge", "x9.huge")
+    assert load(tmp_path, text).resource_pools[1].provider.instance_slots == 4
+
+
+@pytest.mark.parametrize(
     ("change", "path"),
     [
         ("max_instances: -1", "resource_pools[1].provider.max_instances"),

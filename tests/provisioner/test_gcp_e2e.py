@@ -3,6 +3,7 @@ against the fake Compute Engine API, instances 'booted' as real det-agent proces
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from tests.cluster import wait_for
 from tests.fixtures.scripted_config import make_config
 from tests.integration.test_foundation import only_trial, submit
-from tests.provisioner.conftest import boot_agent, join_token, poll_with, pools
+from tests.provisioner.conftest import Notice, boot_agent, join_token, poll_with, pools
 from tests.provisioner.fake_gce import FakeComputeEngine
 
 pytestmark = pytest.mark.integration
@@ -117,3 +118,89 @@ def test_gcp_launch_error_is_shown_and_retried_with_backoff(cluster_factory, gce
     d = cluster.wait_experiment(exp, {"COMPLETED", "ERROR", "CANCELED"}, timeout=180)
     assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp)
     assert pools(cluster)["gpu"]["backoff_until"] is None
+
+
+def live(gce: FakeComputeEngine) -> set[str]:
+    return {n for n, i in gce.instances.items() if i["status"] != "TERMINATED"}
+
+
+def test_gcp_cap_and_a_master_killed_mid_way_makes_no_duplicates_nor_orphans(  # type: ignore[no-untyped-def]
+    cluster_factory, gce
+) -> None:
+    cluster = cluster_factory(master_yaml=gcp_yaml(gce, max_instances=3))
+    exp = submit(
+        cluster,
+        make_config(
+            cluster.ckpt_dir,
+            batches=5,
+            resources={"resource_pool": "gpu", "slots_per_trial": 1},
+            searcher={"name": "random", "max_trials": 10, "max_concurrent_trials": 10},
+        ),
+    )
+    # Ten pending 1-slot trials, 2-GPU instances, max_instances 3: exactly 3 inserted.
+    wait_for(lambda: len(gce.instances) == 3, 60, what="3 instances")
+    names = set(gce.instances)
+    # Labelled for this master and pool, but never launched by it: an orphan, deleted.
+    gce.add_labelled("stray-vm", {"detlab-test": "cluster-g", "detlab-pool": "gpu"})
+    wait_for(lambda: "stray-vm" in gce.deleted, 30, what="orphan deleted")
+
+    cluster.stop_master(signal.SIGKILL)
+    cluster.start_master()
+    for _ in range(10):  # several provisioning passes (one a second): nothing new inserted
+        assert set(gce.instances) == names and len(gce.inserted) == 3
+        time.sleep(0.5)
+    listing = pools(cluster)["gpu"]
+    assert {i["cloud_id"] for i in listing["instances"]} == names
+    # Boot one: trials run on it two at a time; still 3 instances in all.
+    first = sorted(names)[0]
+    boot_agent(cluster, first, join_token(startup(gce.instances[first])), "gpu", 2)
+    wait_for(
+        lambda: sum(t["state"] == "COMPLETED" for t in cluster.experiment(exp)["trials"]) >= 2,
+        180,
+        what="two trials completed on the booted instance",
+    )
+    assert set(gce.instances) == names and len(gce.inserted) == 3
+    cluster.det("experiment", "kill", str(exp))
+
+
+def test_gcp_preemption_requeues_the_trial_without_a_failure(  # type: ignore[no-untyped-def]
+    cluster_factory, gce, gce_notice: Notice
+) -> None:
+    """GCE preempts the VM: the agent reads `instance/preempted` = TRUE, the trial checkpoints
+    and stops, the master requeues it without counting a failure, deletes the stopped VM and
+    launches another, on which the trial resumes and completes."""
+    cluster = cluster_factory(master_yaml=gcp_yaml(gce, max_idle_agent_period="60s"))
+    exp = submit(
+        cluster,
+        make_config(
+            cluster.ckpt_dir,
+            batches=400,
+            hparams={"sleep": 0.05, "checkpoint_every": 20},
+            max_restarts=0,
+            resources={"resource_pool": "gpu", "slots_per_trial": 2},
+        ),
+    )
+    name = wait_for(lambda: list(gce.instances), 30, what="preemptible instance")[0]
+    assert gce.instances[name]["scheduling"]["preemptible"] is True
+    extra = ("--interruption-url", gce_notice.url, "--interruption-interval", "0.3")
+    boot_agent(cluster, name, join_token(startup(gce.instances[name])), "gpu", 2, *extra)
+    trial = only_trial(cluster, exp)
+    cluster.wait_trial(trial["id"], lambda t: t["steps_completed"] >= 20, 120, what="progress")
+    gce_notice.interrupt()
+    cluster.wait_trial(
+        trial["id"], lambda t: t["display_state"] == "QUEUED", 120, what="trial requeued"
+    )
+    # GCE stops the VM (it stays listed as TERMINATED): the master deletes it, launches anew.
+    cluster.stop_agent(name)
+    gce.preempt(name)
+    wait_for(lambda: name in gce.deleted, 30, what="the stopped VM deleted")
+    second = wait_for(lambda: sorted(live(gce) - {name}), 30, what="a new instance")[0]
+    row = next(r for r in pools(cluster)["gpu"]["recent"] if r["cloud_id"] == name)
+    assert row["state"] == "TERMINATED" and row["interrupted_at"]
+    boot_agent(cluster, second, join_token(startup(gce.instances[second])), "gpu", 2)
+    d = cluster.wait_experiment(exp, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp)
+    t = only_trial(cluster, exp)
+    assert t["restarts"] == 0  # max_restarts: 0 -- a counted failure would have ended it
+    logs = "\n".join(cluster.logs(t["id"]))
+    assert "being interrupted" in logs and "resumed from" in logs
