@@ -204,3 +204,24 @@ def test_gcp_preemption_requeues_the_trial_without_a_failure(  # type: ignore[no
     assert t["restarts"] == 0  # max_restarts: 0 -- a counted failure would have ended it
     logs = "\n".join(cluster.logs(t["id"]))
     assert "being interrupted" in logs and "resumed from" in logs
+
+
+def test_gcp_instance_that_never_connects_is_replaced(cluster_factory, gce) -> None:  # type: ignore[no-untyped-def]
+    cluster = cluster_factory(
+        master_yaml=gcp_yaml(gce, max_agent_starting_period="5s", max_instances=1)
+    )
+    exp = submit(
+        cluster,
+        make_config(
+            cluster.ckpt_dir, batches=3, resources={"resource_pool": "gpu", "slots_per_trial": 1}
+        ),
+    )
+    first = wait_for(lambda: list(gce.instances), 30, what="first instance")[0]
+    second = wait_for(lambda: sorted(set(gce.instances) - {first}), 60, what="a replacement")[0]
+    assert first in gce.deleted and set(gce.instances) == {second}  # max_instances: 1
+    listing = pools(cluster)["gpu"]
+    rows = {r["cloud_id"]: r for r in listing["instances"] + listing["recent"]}
+    assert "its agent did not connect within 5s" in rows[first]["state_reason"]
+    boot_agent(cluster, second, join_token(startup(gce.instances[second])), "gpu", 2)
+    d = cluster.wait_experiment(exp, {"COMPLETED", "ERROR", "CANCELED"}, timeout=180)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp)
