@@ -318,6 +318,11 @@ class Determined:
             session = auth.login_session(master)
         self._client = Client(session)
 
+    @property
+    def api(self) -> Client:
+        """The REST client under this connection (one per master)."""
+        return self._client
+
     def create_experiment(
         self,
         config: str | os.PathLike[str] | dict[str, Any],

@@ -217,15 +217,35 @@ def require_agent(agent_id: str | None = None) -> Principal:
 
 
 def require_trial_access(trial_id: int, *, write: bool = False) -> Principal:
-    """Users may read any trial; a trial's own allocation token may read and write it."""
+    """Who may touch a trial's data.
+
+    Reading: any user, and the trial's own allocation token. Writing (metrics, progress, the
+    searcher operation, early exit, checkpoints): the trial's own allocation token alone. Owners
+    and admins steer a trial through its experiment (pause, activate, kill), never by writing
+    as if they were the trial: a posted result would change what the searcher decides. The one
+    exception is an unmanaged trial (core_v2 off the cluster): it has no allocation, and its
+    script reports with its owner's (or an admin's) own session.
+    """
     p = principal()
     if p.kind == "allocation":
         if p.trial_id != trial_id:
             raise Forbidden(f"this session token belongs to trial {p.trial_id}, not {trial_id}")
         return p
     if p.kind == "user":
+        if write and not _writes_unmanaged(p, trial_id):
+            raise Forbidden(
+                f"only trial {trial_id}'s own session token may write to it; "
+                "steer it through its experiment (pause, activate, kill)"
+            )
         return p
     raise Forbidden("agents may not access trial data")
+
+
+def _writes_unmanaged(p: Principal, trial_id: int) -> bool:
+    trial = db.session.get(Trial, trial_id)
+    if trial is None or not (trial.experiment.config or {}).get("unmanaged"):
+        return False
+    return p.admin or trial.experiment.owner_id == p.user_id
 
 
 def load_or_create_agent_token(data_dir: Path) -> str:

@@ -214,10 +214,14 @@ def terminal_for(state: State) -> State:
     return State.COMPLETED if STOPPING_TO_TERMINAL[state] == State.COMPLETED else State.CANCELED
 
 
-def trial_display_state(state: State | str, allocation_state: str | None) -> str:
+def trial_display_state(
+    state: State | str, allocation_state: str | None, unmanaged: bool = False
+) -> str:
     state = State(state)
     if state != State.ACTIVE:
         return state.value
+    if unmanaged:  # its script runs outside the cluster until it says it has ended
+        return "RUNNING"
     if allocation_state is None or allocation_state == AllocationState.TERMINATED:
         return "QUEUED"
     if allocation_state == AllocationState.ASSIGNED:

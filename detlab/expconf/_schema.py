@@ -62,6 +62,7 @@ TOP_LEVEL_KEYS = (
     "debug",
     "integrations",
     "log_policies",
+    "unmanaged",
 )
 DEFAULT_NAME = "Experiment"
 # Sections a user's value replaces wholesale instead of merging over the master's defaults.
@@ -107,10 +108,11 @@ def _expand(fields: dict[str, Any], *, require_storage: bool) -> dict[str, Any]:
     if searcher["name"] == "grid":
         check_grid(hparams)
     resources = parse_resources(fields.get("resources"))
+    unmanaged = get_bool(fields, "unmanaged", "", False)
     config: dict[str, Any] = {
         "name": get_str(fields, "name", "", DEFAULT_NAME),
         "description": get_str(fields, "description", "", "", allow_empty=True),
-        "entrypoint": _entrypoint(fields.get("entrypoint")),
+        "entrypoint": _entrypoint(fields.get("entrypoint"), unmanaged),
         "hyperparameters": hparams,
         "searcher": searcher,
         "resources": resources,
@@ -138,13 +140,19 @@ def _expand(fields: dict[str, Any], *, require_storage: bool) -> dict[str, Any]:
         "debug": get_bool(fields, "debug", "", False),
         "integrations": get_json(fields, "integrations", "", {}, kind=dict),
         "log_policies": get_json(fields, "log_policies", "", [], kind=list),
+        # Determined's unmanaged runs: the script runs wherever its user started it and reports
+        # to the master (harness.experimental.core_v2); the master never schedules it.
+        "unmanaged": unmanaged,
     }
     _check_epochs(config)
     return config
 
 
-def _entrypoint(value: Any) -> str:
-    """A shell command or `module:TrialClass`; Determined's argv-list form is joined."""
+def _entrypoint(value: Any, unmanaged: bool = False) -> str:
+    """A shell command or `module:TrialClass`; Determined's argv-list form is joined. An
+    unmanaged experiment's script is started by its user, so it needs none."""
+    if value is None and unmanaged:
+        return ""
     if value is None:
         raise ConfigError("entrypoint", "required (a command like 'python3 train.py')")
     if isinstance(value, list):

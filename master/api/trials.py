@@ -98,6 +98,21 @@ def early_exit(trial_id: int):  # type: ignore[no-untyped-def]
     return jsonify({})
 
 
+@bp.post("/trials/<int:trial_id>/unmanaged/exit")
+def unmanaged_exit(trial_id: int):  # type: ignore[no-untyped-def]
+    """An unmanaged trial's script says it has ended (`core_v2.close()`)."""
+    require_trial_access(trial_id, write=True)
+    body = json_body()
+    code = body.get("exit_code")
+    if isinstance(code, bool) or not isinstance(code, int) or not -(2**31) <= code < 2**31:
+        raise BadRequest("exit_code must be an integer", path="exit_code")
+    error = body.get("error")
+    if error is not None and not isinstance(error, str):
+        raise BadRequest("error must be a string", path="error")
+    trial = svc.unmanaged_exited(trial_id, code, error[:4096] if error else None)
+    return jsonify({"trial": svc.trial_json(trial)})
+
+
 @bp.get("/trials/<int:trial_id>/metric-names")
 def metric_names(trial_id: int):  # type: ignore[no-untyped-def]
     require_trial_access(trial_id)

@@ -44,7 +44,8 @@ def queued_trials() -> list[tuple[Trial, Experiment]]:
             Trial.id.not_in(live),
         )
     )
-    return [(t, e) for t, e in db.session.execute(q).all()]
+    # An unmanaged experiment's trial runs wherever its user started it: never scheduled.
+    return [(t, e) for t, e in db.session.execute(q).all() if not e.config.get("unmanaged")]
 
 
 def _running() -> list[tuple[Allocation, Trial, Experiment]]:

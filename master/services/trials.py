@@ -173,6 +173,41 @@ def allocation_exited(
     update_progress(exp)
 
 
+def unmanaged_exited(trial_id: int, exit_code: int, error: str | None) -> Trial:
+    """An unmanaged trial's script ended (`core_v2.close()`): judged as a process exit with no
+    restarts (the master cannot start the script again). Exit 0 is COMPLETED, as in 0.38."""
+    with state_lock():
+        trial = get_trial(trial_id)
+        exp = trial.experiment
+        if not is_unmanaged(exp):
+            raise BadRequest(
+                f"trial {trial_id} is not unmanaged: its allocation reports how it ended",
+                path="trial_id",
+            )
+        if is_terminal(trial.state):
+            raise Conflict(f"trial {trial_id} has already ended ({trial.state.value})")
+        facts = ExitFacts(
+            trial_state=State(trial.state),
+            exit_code=exit_code,
+            error=error,
+            cause=None,
+            invalid_hp=trial.exit_reason == ExitedReason.INVALID_HP,
+            closing=trial.closing,
+            trained_enough=trial.searcher_completed >= trial.searcher_target,
+            experiment_completing=exp.state == State.STOPPING_COMPLETED,
+            preempt_requested=False,
+            kill_requested=False,
+            restarts=0,
+            max_restarts=0,
+        )
+        _apply_outcome(exp, trial, None, facts, decide(facts))
+        maybe_finish(exp)
+        update_progress(exp)
+        db.session.commit()
+    hub().notify(trial_key(trial.id), logs_key(trial.id))
+    return trial
+
+
 def _describe(exit_code: int | None, error: str | None) -> str:
     if error and exit_code is not None:
         return f"exit code {exit_code}: {error}"
@@ -180,7 +215,7 @@ def _describe(exit_code: int | None, error: str | None) -> str:
 
 
 def _apply_outcome(
-    exp: Experiment, trial: Trial, alloc: Allocation, facts: ExitFacts, outcome: Outcome
+    exp: Experiment, trial: Trial, alloc: Allocation | None, facts: ExitFacts, outcome: Outcome
 ) -> None:
     describe = _describe(facts.exit_code, facts.error)
     if outcome in (Outcome.RESTART, Outcome.FAILED):
@@ -232,7 +267,9 @@ def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = 
         "experiment_id": trial.experiment_id,
         "request_id": trial.request_id,
         "state": trial.state.value,
-        "display_state": trial_display_state(trial.state, alloc.state if alloc else None),
+        "display_state": trial_display_state(
+            trial.state, alloc.state if alloc else None, is_unmanaged(trial.experiment)
+        ),
         "hparams": trial.hparams,
         "seed": trial.seed,
         "restarts": trial.restarts,
@@ -249,6 +286,10 @@ def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = 
         "created_at": iso(trial.created_at),
         "ended_at": iso(trial.ended_at),
     }
+
+
+def is_unmanaged(exp: Experiment) -> bool:
+    return bool((exp.config or {}).get("unmanaged"))
 
 
 def trials_of(exp_id: int) -> list[Trial]:

@@ -15,7 +15,7 @@ from master.services.checkpoints import checkpoints_of
 from master.services.experiment_list import list_experiments, live_allocation_states
 from master.services.kicker import request_schedule
 from master.services.trial_views import experiment_metric_names, learning_curves
-from master.services.trials import trials_of
+from master.services.trials import is_unmanaged, trials_of
 from master.states import ACTIONS, IllegalTransition, State, trial_display_state
 from master.web import format as fmt
 from master.web.blueprint import bp, safe_next
@@ -132,7 +132,9 @@ def _trial_rows(exp_id: int) -> list[dict[str, Any]]:
         rows.append(
             {
                 "t": t,
-                "display_state": trial_display_state(t.state, alloc[0] if alloc else None),
+                "display_state": trial_display_state(
+                    t.state, alloc[0] if alloc else None, is_unmanaged(t.experiment)
+                ),
                 "agent": alloc[1] if alloc else None,
                 "hparams": fmt.flat_hparams(t.hparams or {}),
             }

@@ -14,7 +14,7 @@ from master.services.chart_series import chart_metric_names, chart_series
 from master.services.checkpoints import checkpoints_of
 from master.services.experiment_list import live_allocation_states
 from master.services.trial_views import iter_log_text, tail_logs, trials_by_ids
-from master.services.trials import get_trial
+from master.services.trials import get_trial, is_unmanaged
 from master.states import is_terminal, trial_display_state
 from master.web import format as fmt
 from master.web.blueprint import bp
@@ -37,7 +37,7 @@ def trial(trial_id: int):  # type: ignore[no-untyped-def]
         "trial.html",
         t=t,
         exp=exp,
-        display_state=trial_display_state(t.state, alloc[0] if alloc else None),
+        display_state=trial_display_state(t.state, alloc[0] if alloc else None, is_unmanaged(exp)),
         agent=alloc[1] if alloc else None,
         hparams=fmt.flat_hparams(t.hparams or {}),
         checkpoints=checkpoints_of(trial_id=trial_id),
