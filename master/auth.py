@@ -140,6 +140,9 @@ def revoke_allocation_tokens(allocation_id: str) -> None:
         .values(revoked=True)
     )
     token_cache().evict_allocation(allocation_id)
+    # Again once the caller commits (services.allocations.after_commit): a request that read the
+    # token row before the commit cannot have re-cached it past this point.
+    db.session.info.setdefault("det_revoked_allocations", set()).add(allocation_id)
 
 
 def revoke_token(token: str) -> None:

@@ -60,7 +60,9 @@ def log_in(username: str, password: str, address: str | None = None) -> tuple[st
     name = username[:256]  # the throttle's key; a longer name matches no user anyway
     lock = throttle.check(name, addr)
     if lock is not None:
-        logger.warning("login refused for %r from %s: %s locked", name, addr, lock.kind)
+        # Debug only: a guesser hammering a locked account must not flood the log; the lockout
+        # itself was logged (a warning) when it started.
+        logger.debug("login refused for %r from %s: %s locked", name, addr, lock.kind)
         raise _refuse(lock)
     user = find_user(username)
     if user is None or not user.active or not check_password(user.password_hash, password):

@@ -114,6 +114,21 @@ def test_an_agent_writes_log_lines_only_for_allocations_it_runs(
     assert r.json["accepted"] == 0
 
 
+def test_an_agent_reports_only_on_allocations_it_runs(app: Flask, client: FlaskClient) -> None:
+    """A poll's report about another agent's allocation changes nothing (nor kills it)."""
+    admin = login(client)
+    submit(client, admin)
+    spec = start_one(app, client, agent_id="a1")
+    alloc, tid = spec["allocation_id"], spec["trial_id"]
+    poll(client, [{"id": alloc, "state": "EXITED", "exit_code": 1}], agent_id="a2")
+    trial = client.get(f"/api/v1/trials/{tid}", headers=admin).json["trial"]
+    assert trial["display_state"] == "RUNNING" and trial["allocation_id"] == alloc
+    assert trial["restarts"] == 0
+    # a1 still runs it: reporting it RUNNING gets no kill.
+    actions = poll(client, [{"id": alloc, "state": "RUNNING"}], agent_id="a1")
+    assert not [a for a in actions if a["type"] == "kill"]
+
+
 def test_deactivating_a_user_takes_effect_on_the_very_next_request(
     app: Flask, client: FlaskClient
 ) -> None:
