@@ -11,6 +11,7 @@ import hmac
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -64,13 +65,23 @@ def new_token(*, user_id: int | None = None, allocation_id: str | None = None) -
 
 
 class TokenCache:
-    """Resolved tokens for a few seconds: the metrics hot path must not query per request."""
+    """Resolved tokens for a few seconds: the metrics hot path must not query per request.
+
+    Revocation must still take effect on the very next request, so every eviction moves a
+    generation counter: a lookup that started before an eviction (it read the database while a
+    user was being deactivated) does not store what it found (see `resolve`).
+    """
 
     TTL = 5.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._items: dict[str, tuple[float, Principal]] = {}
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        return self._generation
 
     def get(self, digest: str) -> Principal | None:
         with self._lock:
@@ -80,19 +91,38 @@ class TokenCache:
             self._items.pop(digest, None)
             return None
 
-    def put(self, digest: str, principal: Principal) -> None:
+    def put(
+        self,
+        digest: str,
+        principal: Principal,
+        generation: int | None = None,
+        ttl: float | None = None,
+    ) -> None:
+        """Cache a principal, unless something was evicted since `generation` was read."""
         with self._lock:
+            if generation is not None and generation != self._generation:
+                return
             if len(self._items) > 10000:
                 self._items.clear()
-            self._items[digest] = (time.monotonic() + self.TTL, principal)
+            ttl = self.TTL if ttl is None else max(0.0, min(self.TTL, ttl))
+            self._items[digest] = (time.monotonic() + ttl, principal)
+
+    def _evict_where(self, match: Callable[[Principal], bool]) -> None:
+        with self._lock:
+            self._generation += 1
+            for k in [k for k, (_, p) in self._items.items() if match(p)]:
+                del self._items[k]
 
     def evict_allocation(self, allocation_id: str) -> None:
-        with self._lock:
-            for k in [k for k, (_, p) in self._items.items() if p.allocation_id == allocation_id]:
-                del self._items[k]
+        self._evict_where(lambda p: p.allocation_id == allocation_id)
+
+    def evict_user(self, user_id: int) -> None:
+        """The user was deactivated, demoted or changed: re-read every token of theirs."""
+        self._evict_where(lambda p: p.kind == "user" and p.user_id == user_id)
 
     def evict(self, digest: str) -> None:
         with self._lock:
+            self._generation += 1
             self._items.pop(digest, None)
 
 
@@ -110,13 +140,19 @@ def revoke_allocation_tokens(allocation_id: str) -> None:
         .values(revoked=True)
     )
     token_cache().evict_allocation(allocation_id)
+    # Again once the caller commits (services.allocations.after_commit): a request that read the
+    # token row before the commit cannot have re-cached it past this point.
+    db.session.info.setdefault("det_revoked_allocations", set()).add(allocation_id)
 
 
 def revoke_token(token: str) -> None:
+    """Revoke one token (committed); the very next request with it is refused."""
     digest = _digest(token)
     db.session.execute(
         AuthToken.__table__.update().where(AuthToken.token_hash == digest).values(revoked=True)
     )
+    db.session.commit()
+    # After the commit: a request that read the row before it cannot re-cache it (generation).
     token_cache().evict(digest)
 
 
@@ -132,9 +168,11 @@ def resolve(token: str) -> Principal:
     if hmac.compare_digest(token.encode(), agent_token.encode()):
         return Principal(kind="agent")
     digest = _digest(token)
-    cached = token_cache().get(digest)
+    cache = token_cache()
+    cached = cache.get(digest)
     if cached:
         return cached
+    generation = cache.generation  # read before the database: see TokenCache
     row = db.session.execute(
         select(AuthToken).where(AuthToken.token_hash == digest)
     ).scalar_one_or_none()
@@ -145,17 +183,19 @@ def resolve(token: str) -> Principal:
         if agent_id is None:
             raise Unauthenticated(why or "unknown join token")
         p = Principal(kind="agent", agent_id=agent_id)
-        token_cache().put(digest, p)
+        cache.put(digest, p, generation)
         return p
     if row is None or row.revoked:
         raise Unauthenticated("invalid or expired token; log in again (det user login NAME)")
+    ttl = None
     if row.expires_at is not None:
         exp = (
             row.expires_at
             if row.expires_at.tzinfo
             else row.expires_at.replace(tzinfo=utcnow().tzinfo)
         )
-        if exp < utcnow():
+        ttl = (exp - utcnow()).total_seconds()
+        if ttl <= 0:
             raise Unauthenticated("token expired; log in again (det user login NAME)")
     if row.user_id is not None:
         user = db.session.get(User, row.user_id)
@@ -174,7 +214,7 @@ def resolve(token: str) -> Principal:
             trial_id=trial.id,
             experiment_id=trial.experiment_id,
         )
-    token_cache().put(digest, p)
+    cache.put(digest, p, generation, ttl)  # never cached past the token's expiry
     return p
 
 
@@ -246,6 +286,16 @@ def _writes_unmanaged(p: Principal, trial_id: int) -> bool:
     if trial is None or not (trial.experiment.config or {}).get("unmanaged"):
         return False
     return p.admin or trial.experiment.owner_id == p.user_id
+
+
+def require_allocation(allocation_id: str) -> Principal:
+    """The allocation's own session token (the harness's writes: preemption ack, rendezvous)."""
+    p = principal()
+    if p.kind != "allocation":
+        raise Forbidden(f"only allocation {allocation_id}'s own session token may do this")
+    if p.allocation_id != allocation_id:
+        raise Forbidden("this session token belongs to another allocation")
+    return p
 
 
 def load_or_create_agent_token(data_dir: Path) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from detlab.constants import MAX_MODEL_DEF_BYTES
+from master.login_throttle import ThrottleLimits, parse_limits
 
 
 class MasterConfigError(ValueError):
@@ -53,6 +54,8 @@ class MasterConfig:
     checkpoint_gc_interval: float = 5.0
     # The master cannot reach checkpoint storage: agents delete checkpoints for it.
     checkpoint_gc_via_agents: bool = False
+    # Failed logins per username and per client address before a lockout (master/login_throttle).
+    login_throttle: ThrottleLimits = field(default_factory=ThrottleLimits)
 
     @property
     def db_url(self) -> str:
@@ -103,6 +106,10 @@ def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfi
         if value is not None:
             setattr(cfg, key, value)
     cfg.data_dir = Path(cfg.data_dir).expanduser()
+    try:
+        cfg.login_throttle = parse_limits(cfg.login_throttle)
+    except ValueError as e:
+        raise MasterConfigError(f"master config: {e}") from e
     for key in (
         "agent_timeout",
         "scheduling_interval",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Flask, current_app
 
 from master.config import MasterConfig
+from master.login_throttle import LoginThrottle, parse_limits
 from master.notify import Hub
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class Rendezvous:
 class MasterState:
     config: MasterConfig
     tokens: TokenCache
+    # Failed logins per username and address (only failures count; see master/login_throttle).
+    login_throttle: LoginThrottle
     # Every mutation of experiment, trial, allocation or agent state runs under this lock in its
     # own transaction: one master owns the cluster's state, so one lock keeps transitions free of
     # races on SQLite and PostgreSQL alike. The hot paths (metrics, logs) do not take it.
@@ -73,8 +76,8 @@ class MasterState:
     agent_busy: dict[str, tuple[int, bool]] = field(default_factory=dict)
     # Moves whenever an allocation is created or ends (after the commit): cache invalidation.
     allocation_generation: int = 0
-    # allocation id -> trial id, for log ingest.
-    allocation_trial: dict[str, int] = field(default_factory=dict)
+    # allocation id -> (trial id, the agents it has containers on), for log ingest.
+    allocation_trial: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
     # Buffered agent heartbeats: agent id -> (last seen, slot stats).
     heartbeat_lock: threading.Lock = field(default_factory=threading.Lock)
     heartbeats: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
@@ -97,7 +100,11 @@ class MasterState:
 def init_master_state(app: Flask, config: MasterConfig) -> MasterState:
     from master.auth import TokenCache
 
-    state = MasterState(config=config, tokens=TokenCache())
+    state = MasterState(
+        config=config,
+        tokens=TokenCache(),
+        login_throttle=LoginThrottle(parse_limits(config.login_throttle)),
+    )
     app.extensions[EXTENSION] = state
     return state
 

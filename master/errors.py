@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from flask import Flask, jsonify
 from werkzeug.exceptions import HTTPException
@@ -47,6 +48,16 @@ class TooLarge(APIError):
     status, code = 413, "too_large"
 
 
+class TooManyRequests(APIError):
+    """429 with a Retry-After header (whole seconds, rounded up)."""
+
+    status, code = 429, "too_many_requests"
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, math.ceil(retry_after))
+
+
 def _body(status: int, code: str, message: str, path: str | None = None):  # type: ignore[no-untyped-def]
     err: dict[str, str] = {"code": code, "message": message}
     if path is not None:
@@ -59,7 +70,10 @@ def _body(status: int, code: str, message: str, path: str | None = None):  # typ
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(APIError)
     def _api(e: APIError):  # type: ignore[no-untyped-def]
-        return _body(e.status, e.code, e.message, e.path)
+        resp = _body(e.status, e.code, e.message, e.path)
+        if isinstance(e, TooManyRequests):
+            resp.headers["Retry-After"] = str(e.retry_after)
+        return resp
 
     @app.errorhandler(ConfigError)
     def _config(e: ConfigError):  # type: ignore[no-untyped-def]

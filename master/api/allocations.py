@@ -7,7 +7,7 @@ import time
 from flask import Blueprint, jsonify
 
 from master.api._util import float_arg, json_body
-from master.auth import principal
+from master.auth import principal, require_allocation
 from master.context import master_state
 from master.db import db
 from master.errors import BadRequest, Forbidden, NotFound
@@ -20,6 +20,7 @@ bp = Blueprint("allocations", __name__)
 
 
 def _own(alloc_id: str) -> Allocation:
+    """Reading: the allocation's own token or any user; writers also `require_allocation`."""
     p = principal()
     if p.kind == "allocation" and p.allocation_id != alloc_id:
         raise Forbidden("this session token belongs to another allocation")
@@ -53,12 +54,14 @@ def preemption(alloc_id: str):  # type: ignore[no-untyped-def]
 
 @bp.post("/allocations/<alloc_id>/ack_preemption")
 def ack(alloc_id: str):  # type: ignore[no-untyped-def]
+    require_allocation(alloc_id)
     _own(alloc_id)  # the harness acknowledges; the exit that follows is what the master acts on
     return jsonify({})
 
 
 @bp.post("/allocations/<alloc_id>/rendezvous")
 def post_rendezvous(alloc_id: str):  # type: ignore[no-untyped-def]
+    require_allocation(alloc_id)  # an address posted by anyone else would hijack the workers
     alloc = _own(alloc_id)
     body = json_body()
     rank, addr, port = body.get("container_rank"), body.get("addr"), body.get("port", 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, jsonify, request
 
 from master import __version__
 from master.api._util import json_body, require_str
@@ -36,7 +36,7 @@ def login():  # type: ignore[no-untyped-def]
     password = body.get("password")
     if not isinstance(password, str):
         raise BadRequest("password is required", path="password")
-    token, user = svc.log_in(username, password)
+    token, user = svc.log_in(username, password, request.remote_addr)
     return jsonify({"token": token, "user": user.to_json()})
 
 

@@ -101,6 +101,8 @@ def after_commit(session) -> None:  # type: ignore[no-untyped-def]
     """SQLAlchemy `after_commit` hook (registered by the app factory)."""
     if session.info.pop("det_alloc_changed", False):
         master_state().allocation_generation += 1
+    for alloc_id in session.info.pop("det_revoked_allocations", ()):
+        master_state().tokens.evict_allocation(alloc_id)
 
 
 def request_preemption(alloc: Allocation, trial_id: int) -> bool:

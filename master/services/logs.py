@@ -6,6 +6,7 @@ a follower reading `?after=N` never skips a line that commits late.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,20 +20,34 @@ from master.notify import hub, logs_key
 from master.states import is_terminal
 
 MAX_LINE = 64 * 1024
+logger = logging.getLogger(__name__)
 
 
-def _trial_for_allocation(alloc_id: str) -> int | None:
-    _alloc_trial = master_state().allocation_trial
-    tid = _alloc_trial.get(alloc_id)
-    if tid is None:
-        alloc = db.session.get(Allocation, alloc_id)
+def _trial_for_allocation(alloc_id: str, agent_id: str | None = None) -> int | None:
+    """The allocation's trial; None if unknown, or if `agent_id` runs no container of it.
+
+    An agent may only write lines of allocations it runs or ran: the cluster's agent token must
+    not be a way to forge lines in any trial's log.
+    """
+    cache = master_state().allocation_trial
+    hit = cache.get(alloc_id)
+    if hit is None or (agent_id is not None and agent_id not in hit[1]):
+        from master.services.allocations import containers_of  # it imports this module
+
+        alloc = db.session.get(Allocation, alloc_id)  # also re-read: a container may be new
         if alloc is None:
             return None
-        tid = alloc.trial_id
-        if len(_alloc_trial) > 100_000:
-            _alloc_trial.clear()
-        _alloc_trial[alloc_id] = tid
-    return tid
+        agents = frozenset(a for a in (*containers_of(alloc), alloc.agent_id) if a)
+        hit = (alloc.trial_id, agents)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[alloc_id] = hit
+    if agent_id is not None and agent_id not in hit[1]:
+        logger.warning(
+            "agent %s sent log lines for allocation %s it does not run", agent_id, alloc_id
+        )
+        return None
+    return hit[0]
 
 
 def _parse_ts(value: Any) -> datetime:
@@ -51,9 +66,9 @@ def ingest_agent_logs(agent_id: str, entries: Any) -> int:
     for i, e in enumerate(entries):
         if not isinstance(e, dict) or not isinstance(e.get("line"), str):
             raise BadRequest("each log entry needs a string 'line'", path=f"logs[{i}].line")
-        tid = _trial_for_allocation(str(e.get("allocation_id")))
+        tid = _trial_for_allocation(str(e.get("allocation_id")), agent_id)
         if tid is None:
-            continue  # an allocation the master never knew: drop its lines
+            continue  # an allocation the master never knew, or another agent's: drop its lines
         stream = e.get("stream") if e.get("stream") in ("stdout", "stderr") else "stdout"
         rows.append(
             {
@@ -78,7 +93,7 @@ def agent_log_tail(agent_id: str, alloc_id: str, limit: int) -> list[dict]:
     A re-attaching agent compares them with the container log it re-reads: lines the master
     stored just before the agent died (their delivery not yet recorded) are not stored twice.
     """
-    tid = _trial_for_allocation(alloc_id)
+    tid = _trial_for_allocation(alloc_id)  # lines of another agent's: none match below
     if tid is None:
         raise NotFound(f"allocation {alloc_id!r} not found")
     rows = db.session.execute(

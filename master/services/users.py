@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 from sqlalchemy import select
 
-from master.auth import check_password, hash_password, new_token
+from master.auth import check_password, hash_password, new_token, token_cache
+from master.context import master_state
 from master.db import db
-from master.errors import BadRequest, Conflict, Forbidden, NotFound, Unauthenticated
+from master.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    TooManyRequests,
+    Unauthenticated,
+)
+from master.login_throttle import Lockout
 from master.models import User
+from master.usernames import confusable_with
+
+logger = logging.getLogger(__name__)
 
 
 def find_user(username: str) -> User | None:
@@ -27,11 +41,41 @@ def all_users() -> list[User]:
     return list(db.session.execute(select(User).order_by(User.id)).scalars())
 
 
-def log_in(username: str, password: str) -> tuple[str, User]:
-    """A new session token for a user whose password matches (committed)."""
+def _refuse(lock: Lockout) -> TooManyRequests:
+    who = f"user {lock.key!r}" if lock.kind == "user" else f"address {lock.key}"
+    wait = max(1, math.ceil(lock.retry_after))
+    return TooManyRequests(
+        f"too many failed logins for {who}; try again in {wait} s", retry_after=lock.retry_after
+    )
+
+
+def log_in(username: str, password: str, address: str | None = None) -> tuple[str, User]:
+    """A new session token for a user whose password matches (committed).
+
+    Throttled per username and per client address: once either has failed too often, every
+    attempt is refused with 429 for a while, the right password included.
+    """
+    throttle = master_state().login_throttle
+    addr = address or "unknown"
+    name = username[:256]  # the throttle's key; a longer name matches no user anyway
+    lock = throttle.check(name, addr)
+    if lock is not None:
+        # Debug only: a guesser hammering a locked account must not flood the log; the lockout
+        # itself was logged (a warning) when it started.
+        logger.debug("login refused for %r from %s: %s locked", name, addr, lock.kind)
+        raise _refuse(lock)
     user = find_user(username)
     if user is None or not user.active or not check_password(user.password_hash, password):
+        for started in throttle.failed(name, addr):
+            logger.warning(
+                "login: %s %s locked for %.0f s after too many failed logins (last for %r)",
+                started.kind,
+                started.key if started.kind == "address" else repr(started.key),
+                started.retry_after,
+                name,
+            )
         raise Unauthenticated("wrong username or password")
+    throttle.succeeded(name)
     token = new_token(user_id=user.id)
     db.session.commit()
     return token, user
@@ -59,6 +103,16 @@ def create_user(username: str, password: object, admin: bool) -> User:
     pw = check_password_strength(password)
     if find_user(username) is not None:
         raise Conflict(f"user {username!r} already exists")
+    # A lab has tens to thousands of users: comparing skeletons with each is cheap enough and
+    # needs no stored column (see master/usernames.py).
+    names = db.session.execute(select(User.username)).scalars()
+    clash = confusable_with(username, names)
+    if clash is not None:
+        raise BadRequest(
+            f"username {username!r} can be mistaken for the existing user {clash!r} "
+            "(look-alike characters or case); choose another",
+            path="username",
+        )
     user = User(username=username, password_hash=hash_password(pw), admin=admin)
     db.session.add(user)
     db.session.commit()
@@ -78,4 +132,7 @@ def update_user(
     if "active" in changes:
         user.active = bool(changes["active"])
     db.session.commit()
+    # After the commit, so no request can re-cache the old rights: a deactivated (or demoted)
+    # user's tokens are refused (or downgraded) from the very next request.
+    token_cache().evict_user(user.id)
     return user

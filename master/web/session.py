@@ -15,12 +15,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from flask import Flask, g, request, session
-from sqlalchemy import select
 
-from master.auth import Principal, check_password, new_token, resolve, revoke_token
+from master.auth import Principal, resolve, revoke_token
 from master.db import db
-from master.errors import APIError
-from master.models import User
+from master.errors import APIError, Unauthenticated
 
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
@@ -103,11 +101,13 @@ def current_user() -> Principal | None:
 
 
 def sign_in(username: str, password: str) -> Principal | None:
-    user = db.session.execute(select(User).where(User.username == username)).scalar_one_or_none()
-    if user is None or not user.active or not check_password(user.password_hash, password):
+    """Sign in (None: wrong name or password); throttled like the API's login (429 raised)."""
+    from master.services.users import log_in
+
+    try:
+        token, _user = log_in(username, password, request.remote_addr)
+    except Unauthenticated:
         return None
-    token = new_token(user_id=user.id)
-    db.session.commit()
     session.clear()
     session.permanent = True
     session["token"] = token

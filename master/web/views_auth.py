@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import flash, redirect, render_template, request, url_for
 
+from master.errors import TooManyRequests
 from master.web.blueprint import bp, safe_next
 from master.web.session import current_user, sign_in, sign_out
 
@@ -22,7 +23,12 @@ def login():  # type: ignore[no-untyped-def]
         return render_template("login.html", next=nxt or "", username="", error=None)
     username = (request.form.get("username") or "").strip()
     password = request.form.get("password") or ""
-    if not username or sign_in(username, password) is None:
+    try:
+        signed_in = bool(username) and sign_in(username, password) is not None
+    except TooManyRequests as e:
+        page = render_template("login.html", next=nxt or "", username=username, error=e.message)
+        return page, 429, {"Retry-After": str(e.retry_after)}
+    if not signed_in:
         return (
             render_template(
                 "login.html", next=nxt or "", username=username, error="Wrong username or password."
