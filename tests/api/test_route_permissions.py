@@ -109,6 +109,10 @@ TABLE = [
       url="/trials/{trial}/progress", body=lambda w: {"progress": 0.5}),
     R("GET", "/trials/<int:trial_id>/searcher/operation",           "401 200 200 200 403 200 403",
       url="/trials/{trial}/searcher/operation"),
+    # A managed trial: nobody ends it this way (its token passes the check, then 400: not
+    # unmanaged). tests/compat/test_core_v2.py covers an unmanaged trial's owner.
+    R("POST", "/trials/<int:trial_id>/unmanaged/exit",              "401 403 403 403 403 400 403",
+      url="/trials/{trial}/unmanaged/exit", body=lambda w: {"exit_code": 0}),
     R("POST", "/trials/<int:trial_id>/early_exit",                  "401 403 403 403 403 200 403",
       url="/trials/{trial}/early_exit", body=lambda w: {"reason": "USER_CANCELED"}),
     R("POST", "/trials/<int:trial_id>/searcher/completed_operation", "401 403 403 403 403 200 403",  # noqa: E501
