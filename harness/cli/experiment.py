@@ -10,6 +10,8 @@ from harness.cli._common import (
     Cli,
     CliError,
     add_json_flag,
+    cell,
+    metric_value,
     percent,
     print_fields,
     print_json,
@@ -100,10 +102,10 @@ TRIAL_COLUMNS = [
     ("TARGET", "searcher_target"),
     ("PROGRESS", lambda t: percent(t.get("progress"))),
     ("BEST", "best_validation"),
-    ("LATEST", "latest_validation"),
+    ("LATEST", "latest_metric"),  # the searcher metric of the latest validation
     ("RESTARTS", "restarts"),
     ("CHECKPOINT", "latest_checkpoint"),
-    ("HPARAMS", "hparams"),
+    ("HPARAMS", lambda t: " ".join(f"{k}={cell(v)}" for k, v in (t.get("hparams") or {}).items())),
 ]
 
 
@@ -113,6 +115,11 @@ def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
     exps = list(client.iter_experiments(state=args.state, user=user))
     if args.json:
         print_json(cli, exps)
+    elif not exps and user is not None:
+        state = f" {args.state}" if args.state else ""
+        cli.out.write(
+            f"No{state} experiments of {user}; `det experiment list --all` shows everyone's\n"
+        )
     else:
         print_table(cli, exps, EXP_COLUMNS)
     return 0
@@ -161,9 +168,11 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     describe_checkpoints(cli, args.id)
     cli.out.write("\n")
     lengths = detail.get("rung_lengths") or []
+    metric = exp.get("searcher_metric")
     trials = [
         {
             **t,
+            "latest_metric": metric_value(t.get("latest_validation"), metric),
             "rung": lengths.index(t["searcher_target"]) + 1
             if t.get("searcher_target") in lengths and len(lengths) > 1
             else None,
@@ -173,6 +182,8 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     columns = list(TRIAL_COLUMNS)
     if any(t["rung"] for t in trials):
         columns.insert(2, ("RUNG", "rung"))
+    if metric:
+        cli.out.write(f"BEST and LATEST: {metric} (the searcher metric)\n")
     print_table(cli, trials, columns)
     return 0
 
