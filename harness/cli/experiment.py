@@ -48,8 +48,9 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
             )
         except (OverrideError, yaml.YAMLError) as e:
             raise CliError(str(e)) from e
+    config = None
     if not args.template:  # with a template, the master validates the merged config
-        validate_config_text(text)
+        config = validate_config_text(text)
     client = cli.client()
     if args.test:
         body = client.submit_experiment(text, None, template=args.template, validate_only=True)
@@ -57,6 +58,13 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
         cli.out.write("Experiment configuration is valid (nothing was created)\n")
         return 0
     model_def = build_model_def(args.model_dir)
+    if config is not None:  # the master checks too; this saves the upload
+        from detlab.entrypoint import missing_file_message, tar_names
+
+        names = tar_names(model_def)
+        message = missing_file_message(config["entrypoint"], names) if names is not None else None
+        if message:
+            raise CliError(f"entrypoint: {message} ({args.model_dir})")
     body = client.submit_experiment(
         text, model_def, activate=not args.paused, template=args.template
     )
