@@ -85,9 +85,7 @@ def test_ahead_of_reports_the_priority_it_takes(client: FlaskClient) -> None:
     assert r.json["notes"] == [], "same priority: nothing to report"
 
 
-def test_wait_counts_from_when_the_job_last_became_waiting(
-    app: Flask, client: FlaskClient
-) -> None:
+def test_wait_counts_from_when_the_job_last_became_waiting(app: Flask, client: FlaskClient) -> None:
     auth = login(client)
     exp = submit(client, auth)["experiment"]
     jobs = client.get("/api/v1/job-queues", headers=auth).json["pools"][0]["jobs"]
