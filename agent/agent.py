@@ -156,7 +156,9 @@ class Agent:
             except (Unauthenticated, Forbidden) as e:
                 if not registered:
                     self.fatal = (
-                        f"the master at {self.client.master_url} rejected the agent token: {e}"
+                        f"the master at {self.client.master_url} refused this agent's token "
+                        f"(HTTP {e.status}): give it the cluster's agent token (DET_AGENT_TOKEN, "
+                        "or agent_token in the master's --data-dir on the master's machine)"
                     )
                     log.error("%s", self.fatal)
                     self.stop()
