@@ -34,7 +34,7 @@ def needed_files(entrypoint: str) -> list[tuple[str, tuple[str, ...]]]:
         words = shlex.split(text)
     except ValueError:
         return []  # unbalanced quotes: the schema's business, not ours
-    out = []
+    out: list[tuple[str, tuple[str, ...]]] = []
     for word in words:
         if not word.endswith(SCRIPT_SUFFIXES) or "=" in word or "$" in word or "*" in word:
             continue

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 from harness.cli._common import (
     Cli,
+    Column,
     add_json_flag,
     cell,
     metrics_line,
@@ -23,7 +26,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     trial = client.get_trial(args.id)
     metrics = client.trial_metrics(args.id, group="validation") if args.metrics else None
     if args.json:
-        out = {"trial": trial}
+        out: dict[str, Any] = {"trial": trial}
         if metrics is not None:
             out["metrics"] = metrics
         print_json(cli, out)
@@ -91,6 +94,10 @@ def _all_metrics(cli: Cli, trial_id: int, group: str) -> list[dict]:
         after = int(page[-1]["steps_completed"])
 
 
+def _metric_getter(name: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda r: (r.get("metrics") or {}).get(name)
+
+
 def metrics(cli: Cli, args: argparse.Namespace) -> int:
     """A trial's reported metrics: one row per report, one column per metric name."""
     cli.client().get_trial(args.id)  # "trial N not found" rather than an empty table
@@ -100,9 +107,8 @@ def metrics(cli: Cli, args: argparse.Namespace) -> int:
         print_json(cli, rows)
         return 0
     names = sorted({k for r in rows for k in (r.get("metrics") or {})})
-    columns = [("GROUP", "group"), ("STEPS", "steps_completed")] + [
-        (n, lambda r, n=n: (r.get("metrics") or {}).get(n)) for n in names
-    ]
+    columns: list[Column] = [("GROUP", "group"), ("STEPS", "steps_completed")]
+    columns += [(n, _metric_getter(n)) for n in names]
     columns.append(("REPORTED", lambda r: when(r.get("reported_at"))))
     if args.csv:
         import csv
