@@ -154,7 +154,7 @@ def _follow(
                         plain.update(fraction, state)
                     say(f"Experiment {exp_id} is {state}")
                     return str(state)
-            elif plain:
+            elif plain and not _ending(state):  # the end state comes after the last lines
                 plain.update(fraction, state)
             if not printed:
                 time.sleep(interval)
