@@ -188,3 +188,27 @@ def test_an_agent_whose_token_is_refused_says_so_and_backs_off(cluster: Cluster)
     assert "det user login" not in log
     assert "DET_AGENT_TOKEN" in log and "agent_token" in log
     assert log.count("refused this agent's token") == 1, "once a minute at most"
+
+
+def test_moving_a_job_ahead_says_its_priority_changed(cluster: Cluster, tmp_path: Path) -> None:
+    ids = []
+    for name, priority in (("busy", 42), ("b", 42), ("c", 30)):
+        cfg = make_config(
+            cluster.ckpt_dir,
+            batches=100000,
+            name=name,
+            hparams={"sleep": 0.05},
+            resources={"priority": priority},
+        )
+        path = write(tmp_path, f"{name}.yaml", cfg)
+        r = cluster.det("experiment", "create", path, str(SCRIPTED_DIR))
+        ids.append(int(re.search(r"Created experiment (\d+)", r.stdout).group(1)))
+    busy, b, c = ids
+    try:
+        out = cluster.det("job", "update", str(b), "--ahead-of", str(c)).stdout
+        assert "priority 30" in out and "Note: priority changed from 42 to 30" in out, out
+        out = cluster.det("job", "list").stdout
+        assert "WAITING SINCE" in out.splitlines()[1], out
+    finally:
+        for exp_id in ids:
+            cluster.post(f"/experiments/{exp_id}/kill")
