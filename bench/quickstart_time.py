@@ -7,9 +7,11 @@ README's one command there, `scripts/quickstart`, on a free port. Two figures:
   detlab's dependencies; network or /opt/wheels). `--reuse-venv PATH` skips it by linking an
   existing venv into the clone (its editable install then points elsewhere, so the clone is put
   first on PYTHONPATH); the figure is then "skipped".
-- the headline: from starting `scripts/quickstart` with the install done to its exit with the
-  digits experiment COMPLETED (master and agent start, login, training, the summary). Target
-  3 minutes.
+- from starting `scripts/quickstart` with the install done to its exit with the digits
+  experiment COMPLETED (master and agent start, login, training, the summary).
+
+The headline (target 3 minutes) is the two together: a fresh clone to a trained experiment.
+With `--reuse-venv` only the second part is measured, against the same target.
 
     .venv/bin/python bench/quickstart_time.py [--reuse-venv .venv] [--no-docs]
     .venv/bin/python bench/run.py quickstart_time
@@ -100,16 +102,25 @@ def run(reuse_venv: str | None = None, docs: bool = True) -> bool:
         )
         shutil.rmtree(tmp, ignore_errors=True)
     load_after = _load()
-    rows: list[Row] = [
+    rows: list[Row] = []
+    if install is not None:
+        rows.append(
+            (
+                "fresh clone -> digits COMPLETED, install included",
+                f"{install + total:.0f} s",
+                f"<= {TARGET_S:.0f} s",
+            )
+        )
+    rows += [
         (
-            "fresh clone -> digits COMPLETED (scripts/quickstart, install done)",
-            f"{total:.0f} s",
-            f"<= {TARGET_S:.0f} s",
+            "  install (scripts/install torch, new .venv)",
+            "skipped (--reuse-venv)" if install is None else f"{install:.0f} s",
+            "",
         ),
         (
-            "install (scripts/install torch, new .venv)",
-            "skipped" if install is None else f"{install:.0f} s",
-            "",
+            "  scripts/quickstart with the install done -> COMPLETED",
+            f"{total:.0f} s",
+            "" if install is not None else f"<= {TARGET_S:.0f} s",
         ),
         ("experiment COMPLETED", "yes" if completed else "no", "yes"),
         ("load average before / after (1, 5, 15 min)", f"{load_before} / {load_after}", ""),
@@ -127,7 +138,7 @@ def run(reuse_venv: str | None = None, docs: bool = True) -> bool:
         {"total_s": total, "install_s": install, "load": [load_before, load_after]},
         docs,
     )
-    return completed and total <= TARGET_S
+    return completed and (install or 0.0) + total <= TARGET_S
 
 
 def main() -> int:
