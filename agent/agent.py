@@ -147,6 +147,8 @@ class Agent:
 
     def _poll_loop(self) -> None:
         backoff = Backoff(first=1.0, cap=10.0)
+        refused = Backoff(first=2.0, cap=60.0)  # a refused token will not fix itself soon
+        refused_logged: float | None = None
         registered = False
         while not self.stopping.is_set():
             try:
@@ -154,13 +156,28 @@ class Agent:
             except (Unauthenticated, Forbidden) as e:
                 if not registered:
                     self.fatal = (
-                        f"the master at {self.client.master_url} rejected the agent token: {e}"
+                        f"the master at {self.client.master_url} refused this agent's token "
+                        f"(HTTP {e.status}): give it the cluster's agent token (DET_AGENT_TOKEN, "
+                        "or agent_token in the master's --data-dir on the master's machine)"
                     )
                     log.error("%s", self.fatal)
                     self.stop()
                     return
-                log.error("the master rejected a poll: %s", e)
-                self.stopping.wait(backoff.next())
+                # Advice for agents, not people: the master's 401 text says "det user login".
+                delay = refused.next()
+                if refused_logged is None or time.monotonic() - refused_logged > 60:
+                    refused_logged = time.monotonic()
+                    log.error(
+                        "the master at %s refused this agent's token (HTTP %s): the cluster's "
+                        "agent token changed? give this agent the master's token "
+                        "(DET_AGENT_TOKEN, or agent_token in the master's --data-dir) and restart "
+                        "it; retrying with back-off (next in %.0f s, at most every %.0f s)",
+                        self.client.master_url,
+                        e.status,
+                        delay,
+                        refused.cap,
+                    )
+                self.stopping.wait(delay)
                 continue
             except DetError as e:
                 if self.stopping.is_set():
@@ -175,6 +192,12 @@ class Agent:
             if not registered:
                 log.info("registered with the master at %s", self.client.master_url)
                 registered = True
+            elif refused_logged is not None:
+                log.info(
+                    "the master at %s accepts this agent's token again", self.client.master_url
+                )
+            refused_logged = None
+            refused.reset()
             backoff.reset()
             self.apply(reply)
             if reply.poll_interval > 0:
@@ -194,6 +217,11 @@ class Agent:
                 self.shipper.flush(timeout=5.0)
             try:
                 reply = self._poll(0.0)
+            except (Unauthenticated, Forbidden):
+                # The poll loop says so and backs off; retry the report as slowly.
+                changed.set()
+                self.stopping.wait(10.0)
+                continue
             except DetError as e:
                 if not self.stopping.is_set():
                     log.warning("cannot report a state change (will retry): %s", e)

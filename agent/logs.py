@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from agent.client import Backoff, is_transient
+from harness.api import Forbidden, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,13 @@ class LogShipper:
                 self.client.ship_logs(batch)
             except Exception as e:
                 if not is_transient(e) and not isinstance(e, OSError):
-                    log.error("the master refused %d log lines, dropping them: %s", len(batch), e)
+                    # A 401's text is advice for people (det user login); say it for agents.
+                    why = (
+                        "it refused this agent's token"
+                        if isinstance(e, Unauthenticated | Forbidden)
+                        else str(e)
+                    )
+                    log.error("the master refused %d log lines, dropping them: %s", len(batch), why)
                     return
                 if not failing:
                     log.warning("cannot ship logs (%s); will retry", e)

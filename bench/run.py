@@ -27,6 +27,7 @@ from bench import (  # noqa: E402
     provisioner_cost,
     provisioner_decision,
     provisioner_latency,
+    quickstart_time,
     scheduler_pass,
     search_efficiency,
     submit_latency,
@@ -67,6 +68,7 @@ def main() -> int:
         provisioner_decision.NAME: lambda a: provisioner_decision.run(passes=a.passes, docs=a.docs),
         provisioner_cost.NAME: lambda a: provisioner_cost.run(docs=a.docs),
         provisioner_latency.NAME: lambda a: provisioner_latency.run(n=a.launches, docs=a.docs),
+        quickstart_time.NAME: lambda a: quickstart_time.run(reuse_venv=a.reuse_venv, docs=a.docs),
     }
     parser.add_argument(
         "names", nargs="*", metavar="NAME", help=f"{', '.join(benchmarks)} (default: all)"
@@ -120,6 +122,9 @@ def main() -> int:
     parser.add_argument("--big-mb", type=int, default=1024, help="checkpoint_transfer: big file")
     parser.add_argument("--small-count", type=int, default=1000, help="checkpoint_transfer")
     parser.add_argument("--small-kb", type=int, default=1024, help="checkpoint_transfer")
+    parser.add_argument(
+        "--reuse-venv", metavar="PATH", help="quickstart_time: link this venv, skip the install"
+    )
     args = parser.parse_args()
     unknown = set(args.names) - set(benchmarks)
     if unknown:

@@ -450,7 +450,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     from harness.api import Client
-    from harness.api.auth import login_session
+    from harness.api.auth import check_reachable, login_session
 
     clock: Callable[[], float] = time.time
     if args.demo:
@@ -461,6 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         master = args.master or os.environ.get("DET_MASTER") or DEFAULT_MASTER
         try:
+            # A master that does not answer is said so first, whatever the login state.
+            check_reachable(master)
             api = Client(login_session(master))
         except DetError as e:
             print(f"det-tui: {e}", file=sys.stderr)

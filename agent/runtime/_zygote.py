@@ -28,6 +28,7 @@ import select
 import signal
 import socket
 import sys
+import types
 from typing import Any
 
 PRELOAD = ("harness", "harness.core", "harness.api")
@@ -146,14 +147,37 @@ def _become_trial(job: dict[str, Any]) -> None:
 
 
 def run_trial(job: dict[str, Any]) -> None:
-    """Run the job's script or module as `__main__`; exceptions propagate like a fresh start."""
+    """Run the job's script or module as `__main__`; exceptions end it like a fresh start."""
     _become_trial(job)
-    if job["kind"] == "module":
-        sys.argv = [job["target"], *job["args"]]
-        runpy.run_module(job["target"], run_name="__main__", alter_sys=True)
-    else:
-        sys.argv = [job["target"], *job["args"]]
-        runpy.run_path(job["target"], run_name="__main__")
+    sys.argv = [job["target"], *job["args"]]
+    try:
+        if job["kind"] == "module":
+            runpy.run_module(job["target"], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(job["target"], run_name="__main__")
+    except Exception as e:  # SystemExit and KeyboardInterrupt keep Python's own handling
+        # What `python3 train.py` would print: the user's frames, not this server's and runpy's.
+        e.__traceback__ = user_frames(e.__traceback__)
+        sys.excepthook(type(e), e, e.__traceback__)
+        raise SystemExit(1) from None  # as a fresh interpreter: atexit runs, exit code 1
+
+
+_WARM_FILES = {
+    os.path.abspath(__file__),
+    os.path.abspath(runpy.__file__ or ""),
+}
+
+
+def user_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """`tb` without its leading frames of the warm-start server and runpy."""
+    t = tb
+    while t is not None and _is_warm(t.tb_frame.f_code.co_filename):
+        t = t.tb_next
+    return t if t is not None else tb
+
+
+def _is_warm(filename: str) -> bool:
+    return filename == "<frozen runpy>" or os.path.abspath(filename) in _WARM_FILES
 
 
 def main() -> None:

@@ -7,7 +7,8 @@ default hyperparameters are used, metrics go to the log and checkpoints to ./che
 What it shows:
 - hyperparameters and the trial seed from the cluster info,
 - searcher operations whose length counts batches,
-- training metrics every 10 batches, validation every 100 batches and at the end of each operation,
+- training metrics every 10 batches (and a "training loss" log line every 50), validation every 100
+  batches and at the end of each operation,
 - a checkpoint (model + optimizer + batches trained) at the end of each operation and on preemption,
 - resuming from the latest checkpoint, where the batch count carries on.
 """
@@ -37,6 +38,7 @@ DEFAULT_HPARAMS: dict[str, Any] = {
 SPLIT_SEED = 0  # the same train/validation split for every trial, whatever its seed
 REPORT_EVERY = 10  # batches between training-metric reports
 VALIDATE_EVERY = 100  # batches between validations
+LOG_EVERY = 50  # batches between "training loss" lines in the trial's log
 CHECKPOINT_FILE = "state.pt"
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -139,6 +141,7 @@ def main() -> None:
 
         data = batches(train_data, int(hparams["batch_size"]), seed, start=trained)
         running_loss, running_n = 0.0, 0
+        log_loss, log_n = 0.0, 0
         model.train()
         for op in core.searcher.operations():
             # op.length is the total number of batches this trial should have trained.
@@ -150,6 +153,12 @@ def main() -> None:
                 optimizer.step()
                 trained += 1
                 running_loss, running_n = running_loss + loss.item(), running_n + 1
+                log_loss, log_n = log_loss + loss.item(), log_n + 1
+                if trained % LOG_EVERY == 0:
+                    logging.info(
+                        "batch %d/%d: training loss %.4f", trained, op.length, log_loss / log_n
+                    )
+                    log_loss, log_n = 0.0, 0
 
                 if trained % REPORT_EVERY == 0:
                     core.train.report_training_metrics(trained, {"loss": running_loss / running_n})

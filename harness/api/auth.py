@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.api._errors import Unauthenticated
+from harness.api._errors import APIError, MasterUnreachable, Unauthenticated
 from harness.api._session import Session
 
 
@@ -101,14 +101,45 @@ def login(master: str, username: str, password: str, cache: bool = True) -> Sess
     return session
 
 
+UNREACHABLE_HINT = "is it running? check DET_MASTER or -m"
+
+
+def unreachable(master: str, err: MasterUnreachable | None = None) -> MasterUnreachable:
+    """The one wording for a master that does not answer, for people (CLI, det-tui):
+    `cannot reach the master at URL (is it running? check DET_MASTER or -m): reason`."""
+    text = str(err) if err else ""
+    if UNREACHABLE_HINT in text:
+        return err if err is not None else MasterUnreachable(text)
+    reason = text.rsplit(": ", 1)[-1] if ": " in text else text
+    msg = f"cannot reach the master at {_key(master)} ({UNREACHABLE_HINT})"
+    return MasterUnreachable(f"{msg}: {reason}" if reason else msg)
+
+
+def check_reachable(master: str, timeout: float = 5.0) -> None:
+    """Raise `unreachable(...)` unless the master answers its health check."""
+    try:
+        Session(master, timeout=timeout).get("/health")
+    except MasterUnreachable as e:
+        raise unreachable(master, e) from None
+    except APIError:
+        pass  # something answers there: the caller's own request tells what is wrong
+
+
 def login_session(master: str) -> Session:
-    """An authenticated `Session`: `DET_USER`+`DET_PASSWORD`, else the cached token."""
+    """An authenticated `Session`: `DET_USER`+`DET_PASSWORD`, else the cached token.
+
+    A master that does not answer is reported as such before "not logged in" (a mistyped URL
+    has no cached token either, and logging in would not help)."""
     user = os.environ.get("DET_USER") or None
     password = os.environ.get("DET_PASSWORD")
     if user and password is not None:
-        return login(master, user, password, cache=False)
+        try:
+            return login(master, user, password, cache=False)
+        except MasterUnreachable as e:
+            raise unreachable(master, e) from None
     found = cached_token(master, user)
     if found is None:
+        check_reachable(master)
         who = user or "NAME"
         raise Unauthenticated(
             401,

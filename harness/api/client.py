@@ -340,7 +340,9 @@ class Client:
         for key in ("ahead_of", "behind_of"):
             if key in body:
                 body[key] = str(body[key])
-        return self.session.patch(f"/jobs/{job_id}", body)["job"]
+        resp = self.session.patch(f"/jobs/{job_id}", body)
+        # `notes`: what changed besides the request (moving ahead of a job takes its priority).
+        return {**resp["job"], "notes": resp.get("notes") or []}
 
     # ---- agents ----------------------------------------------------------------------------
     def list_agents(self) -> list[JSON]:

@@ -93,6 +93,27 @@ def when(value: str | None) -> str:
     return value.replace("T", " ")[:19]
 
 
+def metrics_line(values: dict[str, Any] | None, first: str | None = None, limit: int = 4) -> str:
+    """`validation_accuracy=0.9722 validation_loss=0.0912 (batch 1000)`: a metrics dict (the
+    searcher metric `first`) as a few numbers on one line, never a JSON dict."""
+    if not isinstance(values, dict):
+        return cell(values)
+    steps = values.get("steps_completed")
+    names = [k for k in values if k != "steps_completed"]
+    names.sort(key=lambda k: (k != first, k))
+    shown = " ".join(f"{k}={cell(values[k])}" for k in names[:limit])
+    if len(names) > limit:
+        shown += f" (+{len(names) - limit} more)"
+    return f"{shown} (batch {steps})" if steps is not None else shown
+
+
+def metric_value(values: Any, name: str | None) -> Any:
+    """One metric out of a metrics dict (the searcher metric of a trial's latest validation)."""
+    if not isinstance(values, dict):
+        return values  # already a number (or nothing)
+    return values.get(name) if name else None
+
+
 def percent(value: Any) -> str:
     try:
         return f"{float(value) * 100:.1f}%"

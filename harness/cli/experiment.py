@@ -9,7 +9,10 @@ from harness.api.client import Client
 from harness.cli._common import (
     Cli,
     CliError,
+    Column,
     add_json_flag,
+    cell,
+    metric_value,
     percent,
     print_fields,
     print_json,
@@ -46,8 +49,9 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
             )
         except (OverrideError, yaml.YAMLError) as e:
             raise CliError(str(e)) from e
+    config = None
     if not args.template:  # with a template, the master validates the merged config
-        validate_config_text(text)
+        config = validate_config_text(text)
     client = cli.client()
     if args.test:
         body = client.submit_experiment(text, None, template=args.template, validate_only=True)
@@ -55,6 +59,13 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
         cli.out.write("Experiment configuration is valid (nothing was created)\n")
         return 0
     model_def = build_model_def(args.model_dir)
+    if config is not None:  # the master checks too; this saves the upload
+        from detlab.entrypoint import missing_file_message, tar_names
+
+        names = tar_names(model_def)
+        message = missing_file_message(config["entrypoint"], names) if names is not None else None
+        if message:
+            raise CliError(f"entrypoint: {message} ({args.model_dir})")
     body = client.submit_experiment(
         text, model_def, activate=not args.paused, template=args.template
     )
@@ -80,7 +91,7 @@ def page_url(master: str, exp_id: int) -> str:
     return f"{master.rstrip('/')}/experiments/{exp_id}"
 
 
-EXP_COLUMNS = [
+EXP_COLUMNS: list[Column] = [
     ("ID", "id"),
     ("NAME", "name"),
     ("STATE", "state"),
@@ -93,17 +104,17 @@ EXP_COLUMNS = [
     ("ENDED", lambda e: when(e.get("ended_at"))),
 ]
 
-TRIAL_COLUMNS = [
+TRIAL_COLUMNS: list[Column] = [
     ("ID", "id"),
     ("STATE", lambda t: t.get("display_state") or t.get("state")),
     ("STEPS", "steps_completed"),
     ("TARGET", "searcher_target"),
     ("PROGRESS", lambda t: percent(t.get("progress"))),
     ("BEST", "best_validation"),
-    ("LATEST", "latest_validation"),
+    ("LATEST", "latest_metric"),  # the searcher metric of the latest validation
     ("RESTARTS", "restarts"),
     ("CHECKPOINT", "latest_checkpoint"),
-    ("HPARAMS", "hparams"),
+    ("HPARAMS", lambda t: " ".join(f"{k}={cell(v)}" for k, v in (t.get("hparams") or {}).items())),
 ]
 
 
@@ -113,6 +124,11 @@ def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
     exps = list(client.iter_experiments(state=args.state, user=user))
     if args.json:
         print_json(cli, exps)
+    elif not exps and user is not None:
+        state = f" {args.state}" if args.state else ""
+        cli.out.write(
+            f"No{state} experiments of {user}; `det experiment list --all` shows everyone's\n"
+        )
     else:
         print_table(cli, exps, EXP_COLUMNS)
     return 0
@@ -161,9 +177,11 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     describe_checkpoints(cli, args.id)
     cli.out.write("\n")
     lengths = detail.get("rung_lengths") or []
+    metric = exp.get("searcher_metric")
     trials = [
         {
             **t,
+            "latest_metric": metric_value(t.get("latest_validation"), metric),
             "rung": lengths.index(t["searcher_target"]) + 1
             if t.get("searcher_target") in lengths and len(lengths) > 1
             else None,
@@ -173,6 +191,8 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     columns = list(TRIAL_COLUMNS)
     if any(t["rung"] for t in trials):
         columns.insert(2, ("RUNG", "rung"))
+    if metric:
+        cli.out.write(f"BEST and LATEST: {metric} (the searcher metric)\n")
     print_table(cli, trials, columns)
     return 0
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from harness.cli._common import Cli, CliError, add_json_flag, print_json, print_table, when
+from harness.cli._common import Cli, CliError, Column, add_json_flag, print_json, print_table, when
 
-JOB_COLUMNS = [
+JOB_COLUMNS: list[Column] = [
     ("POS", "position"),
     ("AHEAD", "jobs_ahead"),
     ("JOB", "job_id"),
@@ -17,6 +17,7 @@ JOB_COLUMNS = [
     ("WEIGHT", "weight"),
     ("SLOTS", lambda j: f"{j.get('slots_held', 0)}/{j.get('slots_requested', 0)}"),
     ("SUBMITTED", lambda j: when(j.get("submitted_at"))),
+    ("WAITING SINCE", lambda j: when(j.get("waiting_since"))),
     ("WAITING FOR", "reason"),
 ]
 
@@ -63,6 +64,8 @@ def update_job(cli: Cli, args: argparse.Namespace) -> int:
         f"Updated job {args.job_id}: priority {job.get('priority')}, weight "
         f"{job.get('weight')}{where}\n"
     )
+    for note in job.get("notes") or []:
+        cli.out.write(f"Note: {note}\n")
     return 0
 
 

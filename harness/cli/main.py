@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from harness.api import APIError, DetError, MasterUnreachable, Unauthenticated
+from harness.api import APIError, DetError, MasterUnreachable, Unauthenticated, auth
 from harness.cli import agent, checkpoint, experiment, job, model, template, trial, user
 from harness.cli._common import DEFAULT_MASTER, Cli, CliError
 
@@ -63,8 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = args.func(cli, args)
     except (CliError, DetError) as e:
-        if isinstance(e, MasterUnreachable) and args.master not in str(e):
-            e = MasterUnreachable(f"{e} (master: {args.master})")
+        if isinstance(e, MasterUnreachable):
+            e = auth.unreachable(args.master, e)
         print(f"error: {_message(e, args.master)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -5,22 +5,32 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import sys
 
 from harness.api import auth
 from harness.cli._common import Cli, CliError, add_json_flag, print_json, print_table
 
 
-def _password(prompt: str, confirm: bool = False) -> str:
-    pw = getpass.getpass(prompt)
-    if confirm and getpass.getpass("Confirm password: ") != pw:
-        raise CliError("passwords do not match")
+def _password(prompt: str, confirm: bool = False, *, instead: str) -> str:
+    """Ask on the terminal (getpass reads stdin when there is none); with neither (a script
+    without input) say what to pass instead of a traceback."""
+    try:
+        pw = getpass.getpass(prompt)
+        if confirm and getpass.getpass("Confirm password: ") != pw:
+            raise CliError("passwords do not match")
+    except EOFError:
+        where = "no terminal" if not sys.stdin.isatty() else "no input"
+        raise CliError(f"{where} to read the password from: {instead}") from None
     return pw
 
 
 def login(cli: Cli, args: argparse.Namespace) -> int:
     password = os.environ.get("DET_PASSWORD")
     if password is None:
-        password = _password(f"Password for {args.name}: ")
+        auth.check_reachable(cli.master)  # before asking for a password it could not use
+        password = _password(
+            f"Password for {args.name}: ", instead="set DET_PASSWORD or run it in a terminal"
+        )
     session = auth.login(cli.master, args.name, password)
     cli.out.write(f"Logged in as {args.name} on {session.master}\n")
     return 0
@@ -69,7 +79,11 @@ def list_users(cli: Cli, args: argparse.Namespace) -> int:
 def create(cli: Cli, args: argparse.Namespace) -> int:
     password = args.password
     if password is None:
-        password = _password(f"Password for new user {args.name}: ", confirm=True)
+        password = _password(
+            f"Password for new user {args.name}: ",
+            confirm=True,
+            instead="give --password PASSWORD or run it in a terminal",
+        )
     user = cli.client().create_user(args.name, password, admin=args.admin)
     cli.out.write(f"Created user {user.get('username', args.name)}\n")
     return 0
@@ -78,7 +92,7 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
 def change_password(cli: Cli, args: argparse.Namespace) -> int:
     client = cli.client()
     name = args.name or client.me()["username"]
-    password = _password(f"New password for {name}: ", confirm=True)
+    password = _password(f"New password for {name}: ", confirm=True, instead="run it in a terminal")
     client.change_password(name, password)
     cli.out.write(f"Changed the password of {name}\n")
     return 0

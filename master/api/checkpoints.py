@@ -12,6 +12,7 @@ from master.api._util import int_arg, json_body
 from master.auth import principal, require_trial_access
 from master.errors import BadRequest, Forbidden, NotFound
 from master.services import checkpoints as svc
+from master.services.experiments import get_experiment
 from master.services.trials import get_trial
 
 bp = Blueprint("checkpoints", __name__)
@@ -55,10 +56,14 @@ def list_checkpoints():  # type: ignore[no-untyped-def]
     p = principal()
     if p.kind == "agent":
         raise Forbidden("agents may not read checkpoints")
-    rows = svc.checkpoints_of(
-        trial_id=int_arg("trial_id", 0) if trial_id is not None else None,
-        experiment_id=int_arg("experiment_id", 0) if exp_id is not None else None,
-    )
+    tid = int_arg("trial_id", 0) if trial_id is not None else None
+    eid = int_arg("experiment_id", 0) if exp_id is not None else None
+    # An unknown id is "not found" like everywhere else, never an empty list.
+    if tid is not None:
+        get_trial(tid)
+    if eid is not None:
+        get_experiment(eid)
+    rows = svc.checkpoints_of(trial_id=tid, experiment_id=eid)
     if p.kind == "allocation":
         rows = [c for c in rows if c.experiment_id == p.experiment_id]
     if trial_id is not None:

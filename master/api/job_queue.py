@@ -32,7 +32,17 @@ def update(job_id: str):  # type: ignore[no-untyped-def]
             f"job {job_id} belongs to {exp.owner.username}; "
             "only its owner or an admin may change it"
         )
-    svc.update_job(job_id, json_body())
+    before = exp.priority
+    body = json_body()
+    svc.update_job(job_id, body)
     request_schedule()
-    job = svc.find_job(job_id)
-    return jsonify({"job": job or {"job_id": job_id, "experiment_id": exp.id, "state": None}})
+    job = svc.find_job(job_id) or {"job_id": job_id, "experiment_id": exp.id, "state": None}
+    notes = []
+    if exp.priority != before and "priority" not in body:
+        # --ahead-of/--behind-of move a job among the jobs of the other's priority.
+        other = body.get("ahead_of") or body.get("behind_of")
+        notes.append(
+            f"priority changed from {before} to {exp.priority} (the priority of job {other}): "
+            "a job is ordered only among jobs of its priority"
+        )
+    return jsonify({"job": job, "previous_priority": before, "notes": notes})

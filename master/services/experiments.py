@@ -10,6 +10,7 @@ from flask import current_app
 from sqlalchemy import func, inspect, select
 from sqlalchemy.orm import selectinload
 
+from detlab.entrypoint import missing_file_message, tar_names
 from detlab.expconf import ConfigError, load_yaml, validate_experiment_config, warnings_for
 from master.context import state_lock
 from master.db import db
@@ -70,6 +71,19 @@ def parse_config(config_text: str, template: str | None = None) -> dict:
     return config
 
 
+def check_entrypoint_files(config: dict, model_def: bytes | None) -> None:
+    """400 naming the file when the entrypoint's script is not in the uploaded model directory
+    (it would fail on every restart). Without an upload there is nothing to check against."""
+    if model_def is None:
+        return
+    names = tar_names(model_def)
+    if names is None:
+        return
+    message = missing_file_message(str(config.get("entrypoint") or ""), names)
+    if message:
+        raise BadRequest(message, path="entrypoint")
+
+
 def create_experiment(
     owner_id: int,
     config_text: str,
@@ -86,6 +100,7 @@ def create_experiment(
     if not config_text or not config_text.strip():
         raise BadRequest("the experiment config is empty", path="")
     config = parse_config(config_text, template)
+    check_entrypoint_files(config, model_def)
     seed = config.get("reproducibility", {}).get("experiment_seed")
     if seed is None:
         seed = random.SystemRandom().randint(0, 2**31 - 1)

@@ -59,6 +59,7 @@ def queue_jobs(pool: str | None = None) -> list[dict[str, Any]]:
     ).all()
     running_by_exp = {eid: n for eid, n in running_rows}
     exp_ids = set(queued_by_exp) | set(running_by_exp)
+    last_ran = _last_allocation_end(set(queued_by_exp) - set(running_by_exp))
     exps = (
         list(db.session.execute(select(Experiment).where(Experiment.id.in_(exp_ids))).scalars())
         if exp_ids
@@ -106,6 +107,11 @@ def queue_jobs(pool: str | None = None) -> list[dict[str, Any]]:
                     "trials_queued": len(queued),
                     "trials_running": running,
                     "submitted_at": iso(exp.created_at),
+                    # WAIT counts from here: the later of submission and the end of the job's
+                    # last allocation (a job whose trials ran has not waited since submission).
+                    "waiting_since": iso(max(exp.created_at, last_ran.get(exp.id, exp.created_at)))
+                    if not running
+                    else None,
                     "reason": reason if queued else None,
                 }
             )
@@ -121,6 +127,19 @@ def queue_jobs(pool: str | None = None) -> list[dict[str, Any]]:
     if pool and not pools:
         raise NotFound(f"no resource pool {pool!r}")
     return pools
+
+
+def _last_allocation_end(exp_ids: set[int]) -> dict[int, Any]:
+    """When each experiment's latest allocation ended (only experiments that ran before)."""
+    if not exp_ids:
+        return {}
+    rows = db.session.execute(
+        select(Trial.experiment_id, func.max(Allocation.ended_at))
+        .join(Allocation, Allocation.trial_id == Trial.id)
+        .where(Trial.experiment_id.in_(exp_ids), Allocation.ended_at.is_not(None))
+        .group_by(Trial.experiment_id)
+    ).all()
+    return {eid: ended for eid, ended in rows if ended is not None}
 
 
 def _fair_share_order(

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 
+from detlab.entrypoint import TRIAL_CLASS
 from detlab.protocol import StartSpec
 from master.auth import new_token
 from master.db import db
@@ -12,7 +12,6 @@ from master.models import Agent, Allocation, Trial
 from master.services.allocations import containers_of
 
 # A Trial class entrypoint (`model_def:MyTrial`) runs through the harness's launcher.
-TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 def command_for(entrypoint: str) -> str:

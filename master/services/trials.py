@@ -218,8 +218,8 @@ def _apply_outcome(
     exp: Experiment, trial: Trial, alloc: Allocation | None, facts: ExitFacts, outcome: Outcome
 ) -> None:
     describe = _describe(facts.exit_code, facts.error)
-    if outcome in (Outcome.RESTART, Outcome.FAILED):
-        trial.restarts += 1
+    if outcome == Outcome.RESTART:
+        trial.restarts += 1  # restarts counts restarts; the final failure is not one
     line = {
         Outcome.STOPPED: f"trial stopped ({describe})",
         Outcome.PAUSED: f"trial paused ({describe})",
@@ -241,7 +241,7 @@ def _apply_outcome(
             f"from {where}"
         )
     if outcome == Outcome.FAILED:
-        trial.exit_reason = f"failed {trial.restarts} times; last: {describe}"
+        trial.exit_reason = f"failed {trial.restarts + 1} times; last: {describe}"
     dst = final_state(outcome, facts.trial_state)
     if dst is not None:
         set_trial_state(trial, dst, line or describe)

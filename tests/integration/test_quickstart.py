@@ -20,6 +20,13 @@ def test_digits_example_reaches_90_percent_on_sqlite(cluster_factory) -> None:  
     )
     exp_id = int(re.search(r"Created experiment (\d+)", r.stdout).group(1))
     assert "COMPLETED" in r.stdout
+    lines = r.stdout.splitlines()
+    assert any("training loss" in ln for ln in lines), "the Core API example logs its loss"
+    assert any("not a terminal" in ln for ln in lines), "--follow says why there is no bar"
+    assert any(re.fullmatch(rf"experiment {exp_id}: \d+% \(ACTIVE\)", ln) for ln in lines)
+    # the end state comes after the trial's last lines (its final validation and checkpoint)
+    last_log = max(i for i, ln in enumerate(lines) if ln.startswith("[trial "))
+    assert lines.index(f"Experiment {exp_id} is COMPLETED") > last_log
     d = cluster.experiment(exp_id)
     assert d["experiment"]["state"] == "COMPLETED"
     trial = d["trials"][0]

@@ -39,6 +39,23 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
         assert re.search(r"web page: http://\S+/experiments/\d+", out)
         assert "Stop: scripts/quickstart stop" in out
         assert (tmp_path / "qs" / "detlab.sqlite").exists(), "the embedded database was used"
+        # progress, no password on the terminal, one agent token file (the master's)
+        assert "[1/5]" in out and "[5/5]" in out
+        password = (tmp_path / "qs" / "admin-password").read_text().strip()
+        assert password not in out and "admin-password" in out
+        assert (tmp_path / "qs" / "agent_token").exists()
+        assert not (tmp_path / "qs" / "agent-token").exists()
+        assert "source .venv/bin/activate" in out
+        status = subprocess.run(
+            ["bash", "scripts/quickstart", "status"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "master: running" in status.stdout and "agent:  running" in status.stdout
     finally:
         stop = subprocess.run(
             ["bash", "scripts/quickstart", "stop"],
@@ -49,4 +66,5 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
             timeout=120,
         )
     assert stop.returncode == 0 and "stopped" in stop.stdout
-    assert not (tmp_path / "qs" / "pids").exists()
+    assert not (tmp_path / "qs" / "master.pid").exists()
+    assert not (tmp_path / "qs" / "agent.pid").exists()

@@ -334,7 +334,7 @@ def test_det_agent_rejected_token_exits_2(
         _agent_cmd(master, tmp_path), env=env, capture_output=True, text=True, timeout=20, cwd=REPO
     )
     assert proc.returncode == 2
-    assert "rejected the agent token" in proc.stderr
+    assert "refused this agent's token" in proc.stderr
 
 
 def test_missing_token_and_docker_exit_2(

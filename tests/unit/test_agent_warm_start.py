@@ -101,6 +101,9 @@ def test_a_warm_trial_looks_freshly_started(
     assert sink.of("w1", "stderr") == ["to stderr"]
     err = sink.of("w3", "stderr")
     assert err[1].startswith("Traceback") and err[-1] == "RuntimeError: boom from the trial", err
+    # the user's frames only, as `python3 train.py` shows them: no warm-start server, no runpy
+    assert err[2].startswith('  File "') and "train.py" in err[2] and "<module>" in err[2], err
+    assert not any("runpy" in ln or "_zygote" in ln for ln in err), err
 
 
 def test_module_entrypoint_starts_warm(runtime: ProcessRuntime, sink: Sink, tmp_path: Path) -> None:

@@ -273,10 +273,11 @@ def test_describe_trial_agents_checkpoints(
     out = capsys.readouterr().out
     assert "Searcher metric:" in out and "val_loss" in out
     assert "Web page:" in out and f"{url}/experiments/1" in out
-    assert '{"lr": 0.1}' in out.splitlines()[-1]
+    assert "lr=0.1" in out.splitlines()[-1]  # hyperparameters as k=v, not a JSON dict
     assert run(url, "trial", "describe", "5", "--metrics") == 0
     out = capsys.readouterr().out
-    assert "VAL_LOSS" in out and '{"lr": 0.1}' in out
+    assert "VAL_LOSS" in out and "Hyperparameters:" in out and "lr=0.1" in out
+    assert "Exit reason" not in out and "Ended" not in out  # empty lines are left out
     assert run(url, "trial", "describe", "5", "--json") == 0
     assert json.loads(capsys.readouterr().out)["trial"]["id"] == 5
     assert run(url, "agent", "list") == 0
@@ -339,13 +340,33 @@ def test_unreachable_master(
 
 
 def test_not_logged_in(
+    cluster: tuple[Cluster, str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, url = cluster
+    monkeypatch.setenv("DET_CONFIG_DIR", str(tmp_path))
+    monkeypatch.delenv("DET_USER", raising=False)
+    monkeypatch.delenv("DET_PASSWORD", raising=False)
+    assert main(["-m", url, "experiment", "list"]) == 1
+    assert "det user login" in capsys.readouterr().err
+
+
+def test_unreachable_master_is_not_reported_as_not_logged_in(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A mistyped URL has no cached token either: say the master does not answer."""
     monkeypatch.setenv("DET_CONFIG_DIR", str(tmp_path))
     monkeypatch.delenv("DET_USER", raising=False)
     monkeypatch.delenv("DET_PASSWORD", raising=False)
     assert main(["-m", "http://127.0.0.1:9", "experiment", "list"]) == 1
-    assert "det user login" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "error: cannot reach the master at http://127.0.0.1:9 "
+        "(is it running? check DET_MASTER or -m)"
+    ), err
+    assert "login" not in err
 
 
 # ---- users --------------------------------------------------------------------------------

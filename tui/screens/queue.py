@@ -37,7 +37,9 @@ def queue_rows(pool: JSON, now: float, cache: RowCache | None = None) -> list[Ro
     rows = []
     for j in pool.get("jobs", []):
         queued = j.get("state") == "QUEUED"
-        wait = fmt_age(j.get("submitted_at"), now) if queued else "-"
+        # from when the job last became waiting (the master's waiting_since), not submission
+        since = j.get("waiting_since") or j.get("submitted_at")
+        wait = fmt_age(since, now) if queued else "-"
         key = str(j["job_id"])
         sig = (
             wait,
