@@ -6,7 +6,6 @@ callers never index `["experiment"]` themselves.
 
 from __future__ import annotations
 
-import io
 import logging
 import tarfile
 import time
@@ -300,12 +299,9 @@ class Client:
         resp = self.session.request(
             "GET", f"/checkpoints/{uuid}/download", stream=True, timeout=300.0
         )
-        buf = io.BytesIO()
-        for chunk in resp.iter_content(chunk_size=1 << 20):
-            buf.write(chunk)
-        buf.seek(0)
         dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=buf, mode="r:*") as tar:
+        # Unpacked as it arrives (tarfile's stream mode): never the whole archive in memory.
+        with resp, tarfile.open(fileobj=resp.raw, mode="r|*") as tar:
             tar.extractall(dest, filter="data")
         return dest
 
