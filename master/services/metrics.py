@@ -283,9 +283,7 @@ def metric_series(
     series: dict[str, tuple[list[int], list[float]]] = {n: ([], []) for n in names}
     q = (
         select(Metric.steps_completed, Metric.metrics)
-        .where(
-            Metric.trial_id == trial_id, Metric.group == group, Metric.superseded.is_(False)
-        )
+        .where(Metric.trial_id == trial_id, Metric.group == group, Metric.superseded.is_(False))
         .order_by(Metric.steps_completed, Metric.id)
     )
     for steps, metrics in db.session.execute(q).all():

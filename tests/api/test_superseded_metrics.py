@@ -59,9 +59,12 @@ def test_metrics_past_the_restored_checkpoint_are_superseded(
     t = client.get(f"/api/v1/trials/{tid}", headers=auth).json["trial"]
     assert t["steps_completed"] == 20
     assert t["best_validation"] == 0.5 and t["latest_validation"]["steps_completed"] == 20
-    assert client.get(f"/api/v1/experiments/{exp_id}", headers=auth).json["experiment"][
-        "best_validation"
-    ] == 0.5
+    assert (
+        client.get(f"/api/v1/experiments/{exp_id}", headers=auth).json["experiment"][
+            "best_validation"
+        ]
+        == 0.5
+    )
     seen = client.get(f"/api/v1/trials/{tid}/metrics?group=training", headers=auth).json
     assert [m["steps_completed"] for m in seen["metrics"]] == list(range(1, 21))
 
