@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, jsonify, request, stream_with_context
+from flask import Blueprint, Response, jsonify, request
 
 from master.api._util import bool_arg, int_arg, json_body
 from master.auth import principal, require_user
+from master.db import db
 from master.errors import BadRequest, Forbidden, NotFound
 from master.models import Experiment
 from master.services import experiments as svc
@@ -156,7 +157,7 @@ def model_def(exp_id: int):  # type: ignore[no-untyped-def]
         headers["Content-Length"] = str(exp.model_def_size)
     # Streamed a chunk (one query) at a time: a 95 MB definition never sits in memory whole.
     return Response(
-        stream_with_context(model_defs.iter_chunks(exp_id)),
+        model_defs.iter_chunks(db.engine, exp_id),
         mimetype="application/gzip",
         headers=headers,
     )

@@ -8,10 +8,11 @@ experiment query (lists, describes, the scheduler, metrics ingestion) ever loads
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Iterator
 from typing import IO
 
-from sqlalchemy import func, select
+from sqlalchemy import Engine, select
 
 from master.db import db
 from master.errors import TooLarge
@@ -54,20 +55,22 @@ def store(experiment_id: int, source: IO[bytes] | bytes, limit: int) -> tuple[in
     return size, digest.hexdigest()
 
 
-def iter_chunks(experiment_id: int) -> Iterator[bytes]:
-    """The stored bytes in order, one chunk (one query) at a time."""
-    count = db.session.execute(
-        select(func.count()).where(ModelDefChunk.experiment_id == experiment_id)
-    ).scalar_one()
-    for seq in range(count):
-        data = db.session.execute(
-            select(ModelDefChunk.data).where(
-                ModelDefChunk.experiment_id == experiment_id, ModelDefChunk.seq == seq
-            )
-        ).scalar_one()
+def iter_chunks(engine: Engine, experiment_id: int) -> Iterator[bytes]:
+    """The stored bytes in order, one chunk at a time, each read on a connection of its own
+    that goes back to the pool at once: a slow download holds no connection or transaction
+    (and needs no request context: the response streams after the request's teardown)."""
+    for seq in itertools.count():
+        with engine.connect() as conn:
+            data = conn.execute(
+                select(ModelDefChunk.data).where(
+                    ModelDefChunk.experiment_id == experiment_id, ModelDefChunk.seq == seq
+                )
+            ).scalar_one_or_none()
+        if data is None:
+            return
         yield bytes(data)
 
 
 def read_all(experiment_id: int) -> bytes:
     """The whole archive (small ones only: tests and copies)."""
-    return b"".join(iter_chunks(experiment_id))
+    return b"".join(iter_chunks(db.engine, experiment_id))
