@@ -199,3 +199,31 @@ def test_rejected_token_orphans_the_trial(master: Master) -> None:
     with core.init(on_orphaned=lambda msg: orphaned.set()) as ctx:
         ctx.train.report_training_metrics(1, {"loss": 1})
         assert orphaned.wait(5)
+
+
+def test_core_api_calls_ride_out_a_master_restart(master: Master) -> None:
+    """The master goes away between operations: asking for the next operation, completing it and
+    registering a checkpoint wait for it (DET_MASTER_OUTAGE_S) instead of failing the trial."""
+    master.ops = [
+        {"operation": {"length": 10}, "completed": False},
+        {"operation": {"length": 20}, "completed": False},
+    ]
+    lengths = []
+
+    def restart() -> None:
+        master.fake.stop()  # connection refused for a while
+        threading.Timer(1.5, master.fake.start).start()
+
+    with core.init() as ctx:
+        for op in ctx.searcher.operations():
+            if op.length == 20:
+                restart()
+                with ctx.checkpoint.store_path({"steps_completed": 20}) as (path, uuid):
+                    (path / "model.pt").write_bytes(b"w")
+                assert uuid in master.checkpoints
+            op.report_completed(0.5)
+            lengths.append(op.length)
+            if op.length == 10:
+                restart()  # the next operation is asked for while the master is away
+    assert lengths == [10, 20]
+    assert len(master.fake.calls_to("completed_operation")) == 2
