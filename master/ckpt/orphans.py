@@ -84,11 +84,19 @@ def _root_of(storage: Any) -> Path | None:
 
 
 def _known(uuids: list[str]) -> set[str]:
-    rows = db.session.execute(select(Checkpoint.uuid).where(Checkpoint.uuid.in_(uuids))).scalars()
-    versions = db.session.execute(
-        select(ModelVersion.checkpoint_uuid).where(ModelVersion.checkpoint_uuid.in_(uuids))
-    ).scalars()
-    return set(rows) | set(versions)
+    """Which of these uuids a checkpoint row or a model version knows (1,000 per query)."""
+    known: set[str] = set()
+    for i in range(0, len(uuids), 1000):
+        part = uuids[i : i + 1000]
+        known.update(
+            db.session.execute(select(Checkpoint.uuid).where(Checkpoint.uuid.in_(part))).scalars()
+        )
+        known.update(
+            db.session.execute(
+                select(ModelVersion.checkpoint_uuid).where(ModelVersion.checkpoint_uuid.in_(part))
+            ).scalars()
+        )
+    return known
 
 
 def find_orphans(grace: float, now: float | None = None) -> list[Path]:
@@ -96,16 +104,22 @@ def find_orphans(grace: float, now: float | None = None) -> list[Path]:
     now = time.time() if now is None else now
     found: list[Path] = []
     for root in storage_roots():
-        dirs = []
-        for entry in os.scandir(root):
-            if entry.is_dir(follow_symlinks=False) and _UUID.match(entry.name):
-                try:
-                    dirs.append((entry.name, newest_mtime(Path(entry.path))))
-                except OSError:
-                    continue
-        if not dirs:
+        names = [
+            e.name
+            for e in os.scandir(root)
+            if e.is_dir(follow_symlinks=False) and _UUID.match(e.name)
+        ]
+        if not names:
             continue
-        registered = _known([name for name, _ in dirs])
+        registered = _known(names)
+        dirs = []
+        for name in names:
+            if name in registered:
+                continue  # only unregistered directories are walked
+            try:
+                dirs.append((name, newest_mtime(root / name)))
+            except OSError:
+                continue
         found.extend(root / name for name in orphans(dirs, registered, now, grace))
     return found
 
