@@ -105,3 +105,46 @@ def test_a_restart_without_a_checkpoint_supersedes_everything(
     t = client.get(f"/api/v1/trials/{tid}", headers=auth).json["trial"]
     assert t["best_validation"] is None and t["latest_validation"] is None
     assert t["steps_completed"] == 0
+
+
+def test_long_chart_series_leave_superseded_rows_out(app: Flask, client: FlaskClient) -> None:
+    """The web's PostgreSQL paths for long series (sampled, exact envelope, names) too."""
+    from master.services.chart_series import EXACT_ROWS, chart_metric_names, chart_series
+
+    auth = login(client)
+    submit(client, auth)
+    first = start_one(app, client)
+    tid = first["trial_id"]
+    n = EXACT_ROWS + 1000
+    r = client.post(
+        f"/api/v1/trials/{tid}/metrics",
+        json={
+            "reports": [
+                {"group": "training", "steps_completed": s, "metrics": {"old": 1000.0}}
+                for s in range(1, n + 1)
+            ]
+        },
+        headers=trial_auth(first),
+    )
+    assert r.status_code == 200
+    poll(client, [{"id": first["allocation_id"], "state": "EXITED", "exit_code": 1}])
+    second = start_one(app, client)  # no checkpoint: all of run 1 is superseded
+    r = client.post(
+        f"/api/v1/trials/{tid}/metrics",
+        json={
+            "reports": [
+                {"group": "training", "steps_completed": s, "metrics": {"loss": float(s % 7)}}
+                for s in range(1, n + 1)
+            ]
+        },
+        headers=trial_auth(second),
+    )
+    assert r.status_code == 200
+    with app.app_context():
+        sampled, how = chart_series(tid, "training", ["loss", "old"], 200)
+        assert how == "sampled" and sampled["old"]["steps"] == []
+        assert sampled["loss"]["steps"] and max(sampled["loss"]["values"]) <= 6
+        exact, how = chart_series(tid, "training", ["loss", "old"], 200, exact=True)
+        assert how == "minmax" and exact["old"]["steps"] == []
+        assert set(exact["loss"]["values"]) <= {float(v) for v in range(7)}
+        assert chart_metric_names(tid)["training"] == ["loss"]
