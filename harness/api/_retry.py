@@ -41,10 +41,11 @@ def outage_from_env(default: float = DEFAULT_OUTAGE_S) -> float:
 
 
 def is_transient(err: BaseException) -> bool:
-    """The master is away or its database is: worth another try (never a 4xx)."""
+    """The master is away, its database is, or it is busy (429): worth another try. Other 4xx
+    answers are the caller's mistake and never retried."""
     if isinstance(err, MasterUnreachable):
         return True
-    return isinstance(err, APIError) and err.status >= 500
+    return isinstance(err, APIError) and (err.status >= 500 or err.status == 429)
 
 
 def next_delay(err: BaseException, delay: float) -> float:
