@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from harness.api import API_PREFIX, APIError, MasterUnreachable, Session
+from harness.api import API_PREFIX, Session
+from harness.api import is_transient as api_is_transient
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,8 @@ class Backoff:
 
 def is_transient(err: BaseException) -> bool:
     """Whether retrying later may succeed: network trouble, 5xx, 429, or a garbled reply."""
-    if isinstance(err, MasterUnreachable):
+    if api_is_transient(err):  # the rule every detlab client shares (harness/api/_retry.py)
         return True
-    if isinstance(err, APIError):
-        return err.status >= 500 or err.status == 429
     return isinstance(err, ValueError)  # a 200 whose body is not JSON (proxy page, cut off)
 
 

@@ -12,6 +12,7 @@ import io
 import re
 import shlex
 import tarfile
+from typing import IO
 from collections.abc import Collection
 
 # A Trial class entrypoint (`model_def:MyTrial`); the master runs it with the harness launcher.
@@ -61,10 +62,24 @@ def missing_file_message(entrypoint: str, names: Collection[str]) -> str | None:
     return None
 
 
-def tar_names(model_def: bytes) -> set[str] | None:
-    """The file paths inside a model definition `.tar.gz` (None when it cannot be read)."""
+def tar_names(model_def: bytes | IO[bytes]) -> set[str] | None:
+    """The file paths inside a model definition `.tar.gz` (None when it cannot be read). A
+    stream (the master's spooled upload) is read from where it stands and put back there."""
+    if isinstance(model_def, bytes | bytearray | memoryview):
+        return _names(io.BytesIO(model_def))
     try:
-        with tarfile.open(fileobj=io.BytesIO(model_def), mode="r:*") as tar:
+        here = model_def.tell()
+    except (AttributeError, OSError, ValueError):
+        return None  # not seekable: reading it here would lose what the master must store
+    try:
+        return _names(model_def)
+    finally:
+        model_def.seek(here)
+
+
+def _names(fileobj: IO[bytes]) -> set[str] | None:
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r:*") as tar:
             return {m.name[2:] if m.name.startswith("./") else m.name for m in tar.getmembers()}
     except (tarfile.TarError, OSError, EOFError):
         return None

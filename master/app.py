@@ -26,7 +26,14 @@ log = logging.getLogger("detlab.master")
 def _engine_options(url: str, threads: int) -> dict:
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 30, "check_same_thread": False}}
-    return {"pool_size": 16, "max_overflow": max(16, threads), "pool_pre_ping": True}
+    # pre_ping replaces connections a database restart killed; connect_timeout keeps a request
+    # from hanging on an unreachable database (it answers 503 instead, master/errors.py).
+    return {
+        "pool_size": 16,
+        "max_overflow": max(16, threads),
+        "pool_pre_ping": True,
+        "connect_args": {"connect_timeout": 5},
+    }
 
 
 def create_app(config: MasterConfig) -> Flask:

@@ -56,6 +56,9 @@ class MasterConfig:
     checkpoint_gc_via_agents: bool = False
     # Failed logins per username and per client address before a lockout (master/login_throttle).
     login_throttle: ThrottleLimits = field(default_factory=ThrottleLimits)
+    # Checkpoint directories nobody registered are deleted after this many idle seconds (must
+    # exceed how long trials retry a registration, DET_MASTER_OUTAGE_S); 0 turns it off.
+    orphan_checkpoint_grace: float = 3600.0
 
     @property
     def db_url(self) -> str:
@@ -119,6 +122,11 @@ def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfi
         val = getattr(cfg, key)
         if not isinstance(val, int | float) or isinstance(val, bool) or val <= 0:
             raise MasterConfigError(f"master config: {key} must be a positive number, got {val!r}")
+    grace = cfg.orphan_checkpoint_grace
+    if not isinstance(grace, int | float) or isinstance(grace, bool) or not grace >= 0:
+        raise MasterConfigError(
+            f"master config: orphan_checkpoint_grace must be a number >= 0, got {grace!r}"
+        )
     return cfg
 
 

@@ -58,6 +58,40 @@ class TooManyRequests(APIError):
         self.retry_after = max(1, math.ceil(retry_after))
 
 
+# What a client is told to wait before retrying while the database is away (seconds).
+DB_RETRY_AFTER_S = 2
+
+
+def database_unavailable(err: BaseException) -> bool:
+    """The database (not the request) failed: it restarted, refused or dropped the connection,
+    or the pool had none free. Such a request is worth retrying; it is never a 500."""
+    import sqlalchemy.exc as sa
+
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, sa.DBAPIError) and e.connection_invalidated:
+            return True
+        if isinstance(e, sa.OperationalError | sa.InterfaceError | sa.TimeoutError):
+            return True
+        if isinstance(e, sa.DisconnectionError):
+            return True
+        if _driver_unavailable(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _driver_unavailable(e: BaseException) -> bool:
+    """psycopg2's own errors, raised where the master uses the raw connection (COPY)."""
+    try:
+        import psycopg2
+    except ImportError:  # SQLite-only install
+        return False
+    return isinstance(e, psycopg2.OperationalError | psycopg2.InterfaceError)
+
+
 def _body(status: int, code: str, message: str, path: str | None = None):  # type: ignore[no-untyped-def]
     err: dict[str, str] = {"code": code, "message": message}
     if path is not None:
@@ -98,5 +132,21 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _internal(e: Exception):  # type: ignore[no-untyped-def]
+        if database_unavailable(e):
+            return _database_away(e)
         log.exception("unhandled error")
         return _body(500, "internal", f"internal error: {type(e).__name__}: {e}")
+
+
+def _database_away(e: BaseException):  # type: ignore[no-untyped-def]
+    """503 + Retry-After: clients (the harness, agents) retry; nothing half-done was kept."""
+    from master.db import db
+
+    try:
+        db.session.rollback()
+    except Exception:  # the connection is gone already; the pool replaces it
+        log.debug("rollback after a database outage failed", exc_info=True)
+    log.warning("database unavailable: %s", str(e).splitlines()[0] if str(e) else type(e).__name__)
+    resp = _body(503, "unavailable", "the master's database is unavailable; retry shortly")
+    resp.headers["Retry-After"] = str(DB_RETRY_AFTER_S)
+    return resp

@@ -23,6 +23,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -127,8 +128,10 @@ class Experiment(db.Model):
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     config: Mapped[dict] = mapped_column(JSONType)
     original_config: Mapped[str] = mapped_column(Text)
-    model_def: Mapped[bytes | None] = mapped_column(LargeBinary)
+    # The model definition's bytes live in `model_def_chunks` (master/services/model_defs.py):
+    # no experiment query ever loads them. Both are None when it has none.
     model_def_sha256: Mapped[str | None] = mapped_column(String(64))
+    model_def_size: Mapped[int | None] = mapped_column(BigInteger)
     searcher_state: Mapped[dict | None] = mapped_column(JSONType)
     seed: Mapped[int] = mapped_column(BigInteger)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
@@ -213,6 +216,20 @@ class Metric(db.Model):
     steps_completed: Mapped[int] = mapped_column(BigInteger)
     metrics: Mapped[dict] = mapped_column(JSONType)
     reported_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    # Reported past the checkpoint a later run of the trial resumed from, so re-done by it: kept
+    # for audit, hidden from series, best metrics and the searcher (master/services/supersede.py).
+    superseded: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class ModelDefChunk(db.Model):
+    """One MiB of an experiment's model definition (.tar.gz), so it streams both ways."""
+
+    __tablename__ = "model_def_chunks"
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class MetricBatch(db.Model):

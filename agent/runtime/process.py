@@ -157,6 +157,28 @@ def _safe_dir_name(allocation_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", allocation_id).lstrip(".") or "allocation"
 
 
+_ALLOCATION_DIR = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def stale_allocation_dirs(names: list[str], running: set[str]) -> list[str]:
+    """Pure: the work directories (named by allocation id) of allocations not running here."""
+    return sorted(n for n in names if _ALLOCATION_DIR.match(n) and n not in running)
+
+
+def sweep_work_dir(work_dir: Path, running: set[str]) -> list[str]:
+    """Remove the work directories of allocations that died with an earlier agent process
+    (process trials die with their agent, so at start none of them runs)."""
+    try:
+        names = [e.name for e in os.scandir(work_dir) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    stale = stale_allocation_dirs(names, {_safe_dir_name(a) for a in running})
+    for name in stale:
+        shutil.rmtree(work_dir / name, ignore_errors=True)
+        log.info("removed the work directory of allocation %s (it died with its agent)", name)
+    return stale
+
+
 class ProcessRuntime(Runtime):
     """Runs each allocation as a local process group."""
 
@@ -164,6 +186,8 @@ class ProcessRuntime(Runtime):
 
     def __init__(self, ctx: RuntimeContext) -> None:
         super().__init__(ctx)
+        if not ctx.keep_workdirs:
+            sweep_work_dir(ctx.work_dir, set())
         self._spawner = _Spawner()
         self._harness_root = harness_root()
         self._warm: WarmStarter | None = None

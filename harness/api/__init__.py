@@ -12,6 +12,7 @@ from harness.api._errors import (
     TooLarge,
     Unauthenticated,
 )
+from harness.api._retry import OUTAGE_ENV, call_through_outage, is_transient, outage_from_env
 from harness.api._session import API_PREFIX, Session
 from harness.api.client import Client
 
@@ -25,8 +26,12 @@ __all__ = [
     "Forbidden",
     "MasterUnreachable",
     "NotFound",
+    "OUTAGE_ENV",
     "Session",
     "TERMINAL_STATES",
     "TooLarge",
     "Unauthenticated",
+    "call_through_outage",
+    "is_transient",
+    "outage_from_env",
 ]

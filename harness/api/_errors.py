@@ -32,6 +32,8 @@ class APIError(DetError):
         self.message = message
         self.code = code
         self.path = path
+        # Seconds the master asked us to wait before retrying (a 503's Retry-After), if any.
+        self.retry_after: float | None = None
         super().__init__(message)
 
     def __str__(self) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import requests
 
 from harness.api._errors import MasterUnreachable, error_for
+from harness.api._retry import call_through_outage
 
 API_PREFIX = "/api/v1"
 
@@ -17,14 +18,25 @@ class Session:
     """Speaks to one master with one token. Safe to share between threads.
 
     `path` arguments are relative to `/api/v1` (e.g. `"/experiments/3"`).
+
+    With `outage_s` > 0 (the harness: `DET_MASTER_OUTAGE_S`), calls that are safe to repeat
+    (GETs, and writes passed `retry=True` because the master de-duplicates them) ride out a
+    master restart or a database outage for that long (`harness.api._retry`).
     """
 
-    def __init__(self, master: str, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        master: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        outage_s: float = 0.0,
+    ) -> None:
         self.master = master.rstrip("/")
         if "://" not in self.master:
             self.master = "http://" + self.master
         self.token = token
         self.timeout = timeout
+        self.outage_s = outage_s
         self._local = threading.local()
 
     def _http(self) -> requests.Session:
@@ -50,6 +62,41 @@ class Session:
         timeout: float | None = None,
         stream: bool = False,
         headers: Mapping[str, str] | None = None,
+        retry: bool | None = None,
+    ) -> requests.Response:
+        """One call; `retry` (default: only for GET) marks it safe to repeat through an outage."""
+        if retry is None:
+            retry = method.upper() == "GET"
+
+        def once() -> requests.Response:
+            return self._request_once(
+                method,
+                path,
+                json=json,
+                params=params,
+                data=data,
+                files=files,
+                timeout=timeout,
+                stream=stream,
+                headers=headers,
+            )
+
+        if not retry or self.outage_s <= 0:
+            return once()
+        return call_through_outage(once, self.outage_s, f"{method.upper()} {path}")
+
+    def _request_once(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any,
+        params: Mapping[str, Any] | None,
+        data: Any,
+        files: Any,
+        timeout: float | None,
+        stream: bool,
+        headers: Mapping[str, str] | None,
     ) -> requests.Response:
         hdrs = dict(headers or {})
         if self.token:
@@ -132,4 +179,14 @@ def _to_error(resp: requests.Response) -> Exception:
         text = resp.text.strip()
         if text:
             message = f"HTTP {resp.status_code}: {text[:300]}"
-    return error_for(resp.status_code, message, code, path)
+    err = error_for(resp.status_code, message, code, path)
+    err.retry_after = _retry_after(resp.headers.get("Retry-After"))
+    return err
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a `Retry-After` header (the master sends seconds, never an HTTP date)."""
+    try:
+        return float(value) if value else None
+    except ValueError:
+        return None

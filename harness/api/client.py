@@ -6,7 +6,6 @@ callers never index `["experiment"]` themselves.
 
 from __future__ import annotations
 
-import io
 import logging
 import tarfile
 import time
@@ -300,12 +299,9 @@ class Client:
         resp = self.session.request(
             "GET", f"/checkpoints/{uuid}/download", stream=True, timeout=300.0
         )
-        buf = io.BytesIO()
-        for chunk in resp.iter_content(chunk_size=1 << 20):
-            buf.write(chunk)
-        buf.seek(0)
         dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=buf, mode="r:*") as tar:
+        # Unpacked as it arrives (tarfile's stream mode): never the whole archive in memory.
+        with resp, tarfile.open(fileobj=resp.raw, mode="r|*") as tar:
             tar.extractall(dest, filter="data")
         return dest
 
@@ -326,7 +322,8 @@ class Client:
             "resources": dict(resources),
             "state": state,
         }
-        return self.session.post("/checkpoints", body)["checkpoint"]
+        # The same checkpoint registered again by its trial answers the stored record.
+        return self.session.post("/checkpoints", body, retry=True)["checkpoint"]
 
     # ---- job queue -------------------------------------------------------------------------
     def job_queues(self, pool: str | None = None) -> list[JSON]:
@@ -373,11 +370,12 @@ class Client:
             f"/trials/{trial_id}/metrics",
             data=payload,
             headers={"Content-Type": "application/json"},
+            retry=True,  # the payload's batch_id makes a repeat a no-op on the master
         )
         return int(resp.json().get("accepted", 0)) if resp.content else 0
 
     def report_trial_progress(self, trial_id: int, progress: float) -> None:
-        self.session.post(f"/trials/{trial_id}/progress", {"progress": progress})
+        self.session.post(f"/trials/{trial_id}/progress", {"progress": progress}, retry=True)
 
     def get_searcher_operation(self, trial_id: int) -> JSON:
         """`{"operation": {"length": N} | None, "completed": bool}`."""
@@ -385,10 +383,11 @@ class Client:
 
     def complete_searcher_operation(self, trial_id: int, length: int, searcher_metric: Any) -> None:
         body = {"length": length, "searcher_metric": searcher_metric}
-        self.session.post(f"/trials/{trial_id}/searcher/completed_operation", body)
+        # A repeat of a recorded completion is a no-op on the master.
+        self.session.post(f"/trials/{trial_id}/searcher/completed_operation", body, retry=True)
 
     def report_early_exit(self, trial_id: int, reason: str) -> None:
-        self.session.post(f"/trials/{trial_id}/early_exit", {"reason": reason})
+        self.session.post(f"/trials/{trial_id}/early_exit", {"reason": reason}, retry=True)
 
     def get_preemption(self, allocation_id: str, timeout: float = 30.0) -> bool:
         """Long poll: returns at once when preempted, else after up to `timeout` seconds."""
@@ -400,13 +399,14 @@ class Client:
         return bool(body.get("preempt"))
 
     def ack_preemption(self, allocation_id: str) -> None:
-        self.session.post(f"/allocations/{allocation_id}/ack_preemption")
+        self.session.post(f"/allocations/{allocation_id}/ack_preemption", retry=True)
 
     def rendezvous(
         self, allocation_id: str, body: Mapping[str, Any], timeout: float = 60.0
     ) -> JSON:
+        # Posting the same rank's address again replaces it: safe to repeat.
         return self.session.post(
-            f"/allocations/{allocation_id}/rendezvous", dict(body), timeout=timeout
+            f"/allocations/{allocation_id}/rendezvous", dict(body), timeout=timeout, retry=True
         )
 
     # ---- checkpoint GC (see docs/checkpoints.md) -------------------------------------------

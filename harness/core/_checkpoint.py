@@ -6,54 +6,19 @@ import contextlib
 import enum
 import json
 import logging
-import os
 import tempfile
-import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.api import APIError, Conflict, MasterUnreachable, NotFound
+from harness.api import APIError, NotFound
 from harness.api.client import Client
 from harness.core._distributed import DistributedContext
 from harness.core._jsonable import jsonable
 from harness.storage import METADATA_FILE, Selector, StorageManager, list_resources
 
 logger = logging.getLogger("harness.core.checkpoint")
-
-# How long a checkpoint registration rides out a master (or database) outage before the trial
-# fails; a master restart takes seconds, so a stored checkpoint is not thrown away for one.
-MASTER_OUTAGE_S = float(os.environ.get("DET_MASTER_OUTAGE_S", "120"))
-
-
-def _register_through_outages(register: Callable[[], Any], uuid: str) -> None:
-    """Call `register` until the master answers; retried with backoff while it is unreachable
-    or answers 5xx. A 409 after a retry means an earlier attempt landed (its reply was lost)."""
-    deadline = time.monotonic() + MASTER_OUTAGE_S
-    delay, retried = 0.5, False
-    while True:
-        try:
-            register()
-            return
-        except Conflict:
-            if retried:
-                return
-            raise
-        except (MasterUnreachable, APIError) as e:
-            transient = isinstance(e, MasterUnreachable) or e.status >= 500
-            if not transient or time.monotonic() + delay > deadline:
-                raise
-            if not retried:
-                logger.warning(
-                    "cannot register checkpoint %s yet (%s); retrying for up to %.0f s",
-                    uuid,
-                    e,
-                    MASTER_OUTAGE_S,
-                )
-            retried = True
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 class DownloadMode(enum.Enum):
@@ -128,11 +93,10 @@ class CheckpointContext:
             logger.info("checkpoint %s stored at %s", uuid, storage.location(uuid))
             return
         resources = self._resources(uuid)
-        _register_through_outages(
-            lambda: self._client.report_checkpoint(  # type: ignore[union-attr]
-                uuid, self._trial_id, meta["steps_completed"], meta, resources
-            ),
-            uuid,
+        # Rides out a master restart (the session's DET_MASTER_OUTAGE_S): a repeat of a
+        # registration that landed (its reply lost) answers the stored record.
+        self._client.report_checkpoint(
+            uuid, self._trial_id, meta["steps_completed"], meta, resources
         )
         logger.info("checkpoint %s registered (%d files)", uuid, len(resources))
 

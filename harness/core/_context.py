@@ -13,7 +13,7 @@ from typing import Any
 
 from harness._exceptions import InvalidHP
 from harness._info import ClusterInfo, get_cluster_info
-from harness.api import DetError, Session
+from harness.api import DetError, Session, outage_from_env
 from harness.api.client import Client
 from harness.core._checkpoint import CheckpointContext
 from harness.core._distributed import DistributedContext, DummyDistributedContext, from_env
@@ -159,7 +159,8 @@ def init(
         )
 
     orphaned = on_orphaned or _default_orphaned
-    client = Client(Session(info.master_url, info.session_token))
+    # Every call of this trial rides out a master restart for DET_MASTER_OUTAGE_S seconds.
+    client = Client(Session(info.master_url, info.session_token, outage_s=outage_from_env()))
     trial_id = info.trial.trial_id
     shipper = MetricsShipper(client, trial_id, orphaned) if dist.rank == 0 else None
     train = TrainContext(shipper, dist, client, trial_id)

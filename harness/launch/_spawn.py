@@ -92,13 +92,13 @@ def rendezvous(
 ) -> list[str]:
     """Post this container's address; returns every container's `addr:port` by rank."""
     from harness._info import get_cluster_info
-    from harness.api import APIError, MasterUnreachable, NotFound, Session
+    from harness.api import APIError, MasterUnreachable, NotFound, Session, outage_from_env
     from harness.api.client import Client
 
     info = get_cluster_info()
     if info is None:
         raise RuntimeError("a trial spanning several containers needs the DET_* environment")
-    client = Client(Session(info.master_url, info.session_token))
+    client = Client(Session(info.master_url, info.session_token, outage_s=outage_from_env()))
     body = {"container_rank": container_rank, "addr": addr, "port": port}
     deadline = time.monotonic() + timeout
     logger.info("rendezvous: container %d of %d at %s", container_rank, num_containers, addr)

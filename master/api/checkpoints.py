@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import os
-import tarfile
 
 from flask import Blueprint, Response, jsonify, request
 
@@ -73,20 +71,19 @@ def list_checkpoints():  # type: ignore[no-untyped-def]
 
 @bp.get("/checkpoints/<uuid>/download")
 def download(uuid: str):  # type: ignore[no-untyped-def]
+    from master.ckpt import transfer
+
     ckpt = _readable(uuid)
     path = (ckpt.storage or {}).get("path")
-    buf = io.BytesIO()
     if (ckpt.storage or {}).get("type", "shared_fs") != "shared_fs":
-        from master.ckpt.transfer import tar_from_storage  # s3/gcs: the master fetches them
-
-        tar_from_storage(ckpt, buf)
+        opener = transfer.opener_from_storage(ckpt)  # s3/gcs: the master fetches them
     elif not path or not os.path.isdir(path):
         raise NotFound(f"checkpoint {uuid}'s files are not readable by the master ({path})")
     else:
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            tar.add(path, arcname=".")
+        opener = transfer.opener_for_dir(path)
+    # Streamed as it is written: the first bytes leave at once, memory stays bounded.
     return Response(
-        buf.getvalue(),
+        transfer.tar_stream(opener, uuid),
         mimetype="application/gzip",
         headers={"Content-Disposition": f"attachment; filename={uuid}.tar.gz"},
     )

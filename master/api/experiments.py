@@ -6,9 +6,11 @@ from flask import Blueprint, Response, jsonify, request
 
 from master.api._util import bool_arg, int_arg, json_body
 from master.auth import principal, require_user
+from master.db import db
 from master.errors import BadRequest, Forbidden, NotFound
 from master.models import Experiment
 from master.services import experiments as svc
+from master.services import model_defs
 from master.services.kicker import request_schedule
 from master.services.trials import trial_json, trials_of
 from master.states import State
@@ -28,7 +30,9 @@ def create():  # type: ignore[no-untyped-def]
         if config_text is None and "config" in request.files:
             config_text = request.files["config"].read().decode("utf-8", errors="replace")
         upload = request.files.get("model_def")
-        model_def = upload.read() if upload else None
+        # Werkzeug spooled the upload to a temporary file: it is copied to the database a
+        # chunk at a time, never read whole into memory.
+        model_def = upload.stream if upload else None
     if not isinstance(config_text, str):
         raise BadRequest("the 'config' field (experiment YAML) is required", path="config")
     template = request.args.get("template") or None
@@ -146,10 +150,14 @@ def model_def(exp_id: int):  # type: ignore[no-untyped-def]
     if p.kind == "allocation" and p.experiment_id != exp_id:
         raise Forbidden("this session token belongs to another experiment")
     exp = svc.get_experiment(exp_id)
-    if exp.model_def is None:
+    if exp.model_def_sha256 is None:
         raise NotFound(f"experiment {exp_id} has no model definition")
+    headers = {"X-Content-SHA256": exp.model_def_sha256}
+    if exp.model_def_size is not None:
+        headers["Content-Length"] = str(exp.model_def_size)
+    # Streamed a chunk (one query) at a time: a 95 MB definition never sits in memory whole.
     return Response(
-        exp.model_def,
+        model_defs.iter_chunks(db.engine, exp_id),
         mimetype="application/gzip",
-        headers={"X-Content-SHA256": exp.model_def_sha256 or ""},
+        headers=headers,
     )

@@ -32,6 +32,7 @@ def metrics(trial_id: int):  # type: ignore[no-untyped-def]
         request.args.get("group"),
         int_arg("after_steps", 0) if after is not None else None,
         int_arg("limit", 100_000, 1, 1_000_000),
+        include_superseded=bool_arg("superseded", False),
     )
     return jsonify({"metrics": rows})
 

@@ -167,6 +167,9 @@ def handle_poll(agent_id: str, payload: PollRequest, remote_addr: str | None = N
         gc_actions = agent_actions()
         remaining = deadline - time.monotonic()
         if actions or gc_actions or remaining <= 0:
+            # Seen now too, not only when the poll began: `agent_timeout` then counts from the
+            # agent's last contact, so a long poll neither hides nor hastens its loss.
+            heartbeats.beat(agent_id, utcnow(), _stats(payload))
             return PollReply(tuple(actions + gc_actions))
         db.session.close()
         if hub().wait(agent_key(agent_id), seen, remaining):

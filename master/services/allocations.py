@@ -34,7 +34,10 @@ def create_allocation(
     trial: Trial, placements: tuple[tuple[str, tuple[int, ...]], ...]
 ) -> Allocation:
     """Reserve the slots of every placement; one container per agent, ranked in order."""
+    from master.services.supersede import supersede_for_resume
+
     chief, chief_slots = placements[0]
+    supersede_for_resume(trial)  # what earlier runs reported past the resume point is re-done
     alloc = Allocation(
         id=str(uuid.uuid4()),
         trial_id=trial.id,

@@ -25,16 +25,18 @@ NAME_SAMPLE_ROWS = 200
 _SAMPLE_SQL = text(
     """
     WITH r AS (
-      SELECT (SELECT steps_completed FROM metrics WHERE trial_id = :t AND "group" = :g
+      SELECT (SELECT steps_completed FROM metrics
+              WHERE trial_id = :t AND "group" = :g AND NOT superseded
               ORDER BY steps_completed LIMIT 1) AS lo,
-             (SELECT steps_completed FROM metrics WHERE trial_id = :t AND "group" = :g
+             (SELECT steps_completed FROM metrics
+              WHERE trial_id = :t AND "group" = :g AND NOT superseded
               ORDER BY steps_completed DESC LIMIT 1) AS hi
     )
     SELECT DISTINCT ON (m.steps_completed) m.steps_completed, m.metrics
     FROM r, generate_series(0, :n - 1) AS i,
     LATERAL (
       SELECT steps_completed, metrics FROM metrics
-      WHERE trial_id = :t AND "group" = :g
+      WHERE trial_id = :t AND "group" = :g AND NOT superseded
         AND steps_completed >= r.lo + ((r.hi - r.lo) * i) / GREATEST(:n - 1, 1)
       ORDER BY steps_completed LIMIT 1
     ) AS m
@@ -47,40 +49,48 @@ _SAMPLE_SQL = text(
 _ENVELOPE_SQL = text(
     """
     WITH r AS (
-      SELECT (SELECT steps_completed FROM metrics WHERE trial_id = :t AND "group" = :g
+      SELECT (SELECT steps_completed FROM metrics
+              WHERE trial_id = :t AND "group" = :g AND NOT superseded
               ORDER BY steps_completed LIMIT 1) AS lo,
-             (SELECT steps_completed FROM metrics WHERE trial_id = :t AND "group" = :g
+             (SELECT steps_completed FROM metrics
+              WHERE trial_id = :t AND "group" = :g AND NOT superseded
               ORDER BY steps_completed DESC LIMIT 1) AS hi
     )
     SELECT width_bucket(m.steps_completed, r.lo, r.hi + 1, :b) AS k,
            min(ARRAY[(m.metrics ->> :name)::float8, m.steps_completed::float8]),
            max(ARRAY[(m.metrics ->> :name)::float8, m.steps_completed::float8])
     FROM metrics m, r
-    WHERE m.trial_id = :t AND m."group" = :g AND jsonb_typeof(m.metrics -> :name) = 'number'
+    WHERE m.trial_id = :t AND m."group" = :g AND NOT m.superseded
+      AND jsonb_typeof(m.metrics -> :name) = 'number'
     GROUP BY k ORDER BY k
     """
 )
 
 _SPAN_SQL = text(
     """
-    SELECT (SELECT steps_completed FROM metrics WHERE trial_id = :t AND "group" = :g
+    SELECT (SELECT steps_completed FROM metrics
+              WHERE trial_id = :t AND "group" = :g AND NOT superseded
             ORDER BY steps_completed DESC LIMIT 1)
-         - (SELECT steps_completed FROM metrics WHERE trial_id = :t AND "group" = :g
+         - (SELECT steps_completed FROM metrics
+              WHERE trial_id = :t AND "group" = :g AND NOT superseded
             ORDER BY steps_completed LIMIT 1)
     """
 )
 
 _ALL_NAMES_SQL = text(
-    'SELECT DISTINCT jsonb_object_keys(metrics) FROM metrics WHERE trial_id = :t AND "group" = :g'
+    "SELECT DISTINCT jsonb_object_keys(metrics) FROM metrics "
+    'WHERE trial_id = :t AND "group" = :g AND NOT superseded'
 )
 
 _NAMES_SQL = text(
     """
     SELECT DISTINCT jsonb_object_keys(metrics) FROM (
-      (SELECT metrics FROM metrics WHERE trial_id = :t AND "group" = :g
+      (SELECT metrics FROM metrics
+              WHERE trial_id = :t AND "group" = :g AND NOT superseded
        ORDER BY steps_completed LIMIT :k)
       UNION ALL
-      (SELECT metrics FROM metrics WHERE trial_id = :t AND "group" = :g
+      (SELECT metrics FROM metrics
+              WHERE trial_id = :t AND "group" = :g AND NOT superseded
        ORDER BY steps_completed DESC LIMIT :k)
     ) AS s
     """

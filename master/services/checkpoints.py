@@ -41,7 +41,11 @@ def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> C
         isinstance(v, int) and not isinstance(v, bool) for v in resources.values()
     ):
         raise BadRequest("resources must map relative paths to sizes", path="resources")
-    if db.session.get(Checkpoint, ckpt_uuid) is not None:
+    existing = db.session.get(Checkpoint, ckpt_uuid)
+    if existing is not None:
+        if existing.trial_id == trial.id and existing.steps_completed == steps:
+            # A retry whose first attempt landed (the reply was lost in a master restart).
+            return existing
         raise Conflict(f"checkpoint {ckpt_uuid} is already registered")
     exp = trial.experiment
     from master.ckpt.storage import public_location

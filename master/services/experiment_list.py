@@ -90,7 +90,6 @@ def list_experiments(q: ExperimentQuery) -> ExperimentPage:
     # never shows them (they load on access).
     stmt = _filtered(select(Experiment), q).options(
         selectinload(Experiment.owner),
-        defer(Experiment.model_def),
         defer(Experiment.original_config),
         defer(Experiment.searcher_state),
     )

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
-from typing import Any
+from typing import IO, Any
 
 from flask import current_app
 from sqlalchemy import func, inspect, select
@@ -18,6 +17,7 @@ from master.errors import BadRequest, NotFound, TooLarge
 from master.models import Allocation, Experiment, Trial, User
 from master.notify import agent_key, hub
 from master.searcher.model import unavailable as model_unavailable
+from master.services import model_defs
 from master.services.allocations import live_allocation, request_preemption
 from master.services.searcher import apply_operations, load_searcher
 from master.services.transitions import set_experiment_state, set_trial_state
@@ -71,7 +71,7 @@ def parse_config(config_text: str, template: str | None = None) -> dict:
     return config
 
 
-def check_entrypoint_files(config: dict, model_def: bytes | None) -> None:
+def check_entrypoint_files(config: dict, model_def: IO[bytes] | bytes | None) -> None:
     """400 naming the file when the entrypoint's script is not in the uploaded model directory
     (it would fail on every restart). Without an upload there is nothing to check against."""
     if model_def is None:
@@ -84,17 +84,35 @@ def check_entrypoint_files(config: dict, model_def: bytes | None) -> None:
         raise BadRequest(message, path="entrypoint")
 
 
+def _size_of(source: IO[bytes] | bytes | None) -> int | None:
+    """The upload's size without reading it (a spooled file seeks); None when unknown."""
+    if source is None:
+        return None
+    if isinstance(source, bytes | bytearray | memoryview):
+        return len(source)
+    try:
+        here = source.tell()
+        end = source.seek(0, 2)
+        source.seek(here)
+        return end - here
+    except (AttributeError, OSError, ValueError):
+        return None  # not seekable: the limit is enforced while it is stored
+
+
 def create_experiment(
     owner_id: int,
     config_text: str,
-    model_def: bytes | None,
+    model_def: IO[bytes] | bytes | None,
     activate: bool = True,
     template: str | None = None,
 ) -> Experiment:
     limit = current_app.config["DET"].max_model_def_bytes
-    if model_def is not None and len(model_def) > limit:
+    size = _size_of(model_def)
+    if size == 0:
+        model_def = None  # an empty upload is no model definition
+    if size is not None and size > limit:
         raise TooLarge(
-            f"model definition is {len(model_def) / 2**20:.1f} MiB; the limit is "
+            f"model definition is {size / 2**20:.1f} MiB; the limit is "
             f"{limit / 2**20:.0f} MiB (list large files in a .detignore)"
         )
     if not config_text or not config_text.strip():
@@ -113,8 +131,6 @@ def create_experiment(
             owner_id=owner_id,
             config=config,
             original_config=config_text,
-            model_def=model_def,
-            model_def_sha256=hashlib.sha256(model_def).hexdigest() if model_def else None,
             seed=int(seed),
             resource_pool=config["resources"]["resource_pool"],
             priority=config["resources"].get("priority", 42),
@@ -122,6 +138,8 @@ def create_experiment(
         )
         db.session.add(exp)
         db.session.flush()
+        if model_def is not None:
+            exp.model_def_size, exp.model_def_sha256 = model_defs.store(exp.id, model_def, limit)
         method = load_searcher(exp)
         apply_operations(exp, method, method.initial_operations())
         db.session.commit()

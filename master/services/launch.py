@@ -68,6 +68,6 @@ def start_spec(alloc: Allocation, agent_id: str) -> StartSpec:
         environment=config.get("environment", {}),
         bind_mounts=config.get("bind_mounts", []),
         checkpoint_storage=config.get("checkpoint_storage", {}),
-        model_def_url=f"/api/v1/experiments/{exp.id}/model_def" if exp.model_def else None,
+        model_def_url=f"/api/v1/experiments/{exp.id}/model_def" if exp.model_def_sha256 else None,
         model_def_sha256=exp.model_def_sha256,
     )

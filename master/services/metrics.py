@@ -210,8 +210,17 @@ def _insert(rows: list[dict[str, Any]]) -> None:
         db.session.execute(Metric.__table__.insert(), rows)
 
 
-def read_metrics(trial_id: int, group: str | None, after_steps: int | None, limit: int) -> list:
+def read_metrics(
+    trial_id: int,
+    group: str | None,
+    after_steps: int | None,
+    limit: int,
+    include_superseded: bool = False,
+) -> list:
+    """Reports in step order; superseded ones (re-done after a restore) only for audits."""
     q = select(Metric).where(Metric.trial_id == trial_id)
+    if not include_superseded:
+        q = q.where(Metric.superseded.is_(False))
     if group:
         if group not in GROUPS:
             raise BadRequest("group must be 'training' or 'validation'", path="group")
@@ -219,15 +228,18 @@ def read_metrics(trial_id: int, group: str | None, after_steps: int | None, limi
     if after_steps is not None:
         q = q.where(Metric.steps_completed > after_steps)
     q = q.order_by(Metric.steps_completed, Metric.id).limit(limit)
-    return [
-        {
+    rows = []
+    for m in db.session.execute(q).scalars():
+        row = {
             "group": m.group,
             "steps_completed": m.steps_completed,
             "metrics": m.metrics,
             "reported_at": iso(m.reported_at),
         }
-        for m in db.session.execute(q).scalars()
-    ]
+        if include_superseded:
+            row["superseded"] = m.superseded
+        rows.append(row)
+    return rows
 
 
 def metric_names(trial_id: int) -> dict[str, list[str]]:
@@ -239,7 +251,7 @@ def metric_names(trial_id: int) -> dict[str, list[str]]:
             rows = db.session.execute(
                 text(
                     "SELECT DISTINCT jsonb_object_keys(metrics) FROM metrics "
-                    'WHERE trial_id = :t AND "group" = :g'
+                    'WHERE trial_id = :t AND "group" = :g AND NOT superseded'
                 ),
                 {"t": trial_id, "g": group},
             ).scalars()
@@ -247,7 +259,11 @@ def metric_names(trial_id: int) -> dict[str, list[str]]:
         else:
             names = set()
             for (m,) in db.session.execute(
-                select(Metric.metrics).where(Metric.trial_id == trial_id, Metric.group == group)
+                select(Metric.metrics).where(
+                    Metric.trial_id == trial_id,
+                    Metric.group == group,
+                    Metric.superseded.is_(False),
+                )
             ).all():
                 names.update(m)
         out[group] = sorted(names)
@@ -267,7 +283,7 @@ def metric_series(
     series: dict[str, tuple[list[int], list[float]]] = {n: ([], []) for n in names}
     q = (
         select(Metric.steps_completed, Metric.metrics)
-        .where(Metric.trial_id == trial_id, Metric.group == group)
+        .where(Metric.trial_id == trial_id, Metric.group == group, Metric.superseded.is_(False))
         .order_by(Metric.steps_completed, Metric.id)
     )
     for steps, metrics in db.session.execute(q).all():

@@ -54,13 +54,15 @@ def complete_operation(trial_id: int, length: int, metric: Any) -> None:
     metric = _as_float(metric)
     with state_lock():
         trial = get_trial(trial_id)
+        if 0 < length <= trial.searcher_completed:
+            # A retried request (its reply lost in a master restart): already recorded, even
+            # when the searcher has since asked for more.
+            return
         if length != trial.searcher_target:
             raise Conflict(
                 f"trial {trial_id} was asked to train to {trial.searcher_target}, "
                 f"not {length}; report_completed belongs to the current operation"
             )
-        if trial.searcher_completed >= length:
-            return  # a retried request: already recorded
         exp = trial.experiment
         trial.searcher_completed = length
         smaller = exp.config.get("searcher", {}).get("smaller_is_better", True)

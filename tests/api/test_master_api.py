@@ -290,6 +290,9 @@ def test_lost_agent_fails_its_allocations_and_the_trial_moves(
     spec = start_one(app, client, agent_id="a1")
     poll(client, agent_id="a2")
     with app.app_context():
+        from master.services import heartbeats
+
+        heartbeats.flush()  # a1's last poll (stamped when it ended), then five silent minutes
         db.session.get(Agent, "a1").last_seen = utcnow() - timedelta(minutes=5)
         db.session.commit()
         reap_lost_agents()

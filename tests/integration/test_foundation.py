@@ -191,6 +191,9 @@ def test_trial_of_a_killed_agent_restarts_on_another_agent(cluster_factory) -> N
     assert "agent doomed was lost" in logs
     assert "scheduled on agent survivor" in logs
     assert re.search(r"resumed from \S+ at step \d+", logs)
+    # The steps re-done after the restore replace the lost run's: each step counts once.
+    metrics = cluster.get(f"/trials/{tid}/metrics", group="training")["metrics"]
+    assert [m["steps_completed"] for m in metrics] == list(range(1, 301))
 
 
 def test_bad_input_gets_clear_errors(cluster: Cluster) -> None:

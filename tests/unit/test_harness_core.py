@@ -201,40 +201,29 @@ def test_rejected_token_orphans_the_trial(master: Master) -> None:
         assert orphaned.wait(5)
 
 
-def test_checkpoint_registration_rides_out_a_master_outage(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A master restart mid-registration costs no failure: unreachable and 5xx are retried, a
-    409 after a retry is the earlier attempt having landed, and a 4xx is the caller's to see."""
-    from harness.api import APIError, BadRequest, Conflict, MasterUnreachable
-    from harness.core import _checkpoint
-
-    monkeypatch.setattr(_checkpoint.time, "sleep", lambda _s: None)
-    outcomes: list[Exception | None] = [
-        MasterUnreachable("connection refused"),
-        APIError(503, "database away"),
-        Conflict(409, "checkpoint u is already registered"),
+def test_core_api_calls_ride_out_a_master_restart(master: Master) -> None:
+    """The master goes away between operations: asking for the next operation, completing it and
+    registering a checkpoint wait for it (DET_MASTER_OUTAGE_S) instead of failing the trial."""
+    master.ops = [
+        {"operation": {"length": 10}, "completed": False},
+        {"operation": {"length": 20}, "completed": False},
     ]
-    calls: list[int] = []
+    lengths = []
 
-    def register() -> None:
-        calls.append(1)
-        if outcomes:
-            raise outcomes.pop(0)
+    def restart() -> None:
+        master.fake.stop()  # connection refused for a while
+        threading.Timer(1.5, master.fake.start).start()
 
-    _checkpoint._register_through_outages(register, "u")
-    assert len(calls) == 3 and not outcomes
-
-    with pytest.raises(Conflict):  # a first-attempt 409 is a real conflict
-        _checkpoint._register_through_outages(
-            lambda: (_ for _ in ()).throw(Conflict(409, "already")), "u"
-        )
-    with pytest.raises(BadRequest):
-        _checkpoint._register_through_outages(
-            lambda: (_ for _ in ()).throw(BadRequest(400, "bad")), "u"
-        )
-    monkeypatch.setattr(_checkpoint, "MASTER_OUTAGE_S", 0.0)
-    with pytest.raises(MasterUnreachable):  # the outage outlasted the budget
-        _checkpoint._register_through_outages(
-            lambda: (_ for _ in ()).throw(MasterUnreachable("down")), "u"
-        )
+    with core.init() as ctx:
+        for op in ctx.searcher.operations():
+            if op.length == 20:
+                restart()
+                with ctx.checkpoint.store_path({"steps_completed": 20}) as (path, uuid):
+                    (path / "model.pt").write_bytes(b"w")
+                assert uuid in master.checkpoints
+            op.report_completed(0.5)
+            lengths.append(op.length)
+            if op.length == 10:
+                restart()  # the next operation is asked for while the master is away
+    assert lengths == [10, 20]
+    assert len(master.fake.calls_to("completed_operation")) == 2
