@@ -12,8 +12,8 @@ import io
 import re
 import shlex
 import tarfile
-from typing import IO
 from collections.abc import Collection
+from typing import IO
 
 # A Trial class entrypoint (`model_def:MyTrial`); the master runs it with the harness launcher.
 TRIAL_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
