@@ -16,7 +16,7 @@ from tui.screens.logs import LogsScreen
 from tui.widgets.logview import LogView
 from tui.widgets.table import ResourceTable
 
-from .helpers import settle, sync, wait_until
+from .helpers import prompt_open, settle, sync, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIZE = (140, 40)
@@ -253,7 +253,6 @@ async def test_queue_and_trial_keys_against_the_master(cluster: Cluster, tmp_pat
 
 @sync
 async def test_logs_keys_against_the_master(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tui.screens.common import Prompt
     from tui.screens.trial import TrialScreen
 
     cfg = make_config(
@@ -296,7 +295,7 @@ async def test_logs_keys_against_the_master(cluster: Cluster, tmp_path) -> None:
             await pilot.press(key)
             await wait_until(pilot, lambda a=attr, b=before: getattr(log, a) != b, 30, key)
         await pilot.press("S")  # save: a prompt with a default file name
-        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "save prompt")
+        await wait_until(pilot, lambda: prompt_open(app), 30, "save prompt")
         await pilot.press(*["backspace"] * 40, *str(saved), "enter")
         await wait_until(pilot, lambda: saved.exists(), 30, "the saved file")
         assert "log line 4 of 4" in saved.read_text()
@@ -369,7 +368,6 @@ resource_pools:
 
 @sync
 async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tui.screens.common import Prompt
 
     cluster = cluster_factory(master_yaml=TWO_POOLS)
     cluster.start_agent("agent-1", slots=1)
@@ -390,7 +388,7 @@ async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tm
         await wait_until(pilot, lambda: str(second) in {r.key for r in table.rows}, 30)
         table.move_to_key(str(second))
         await pilot.press("w")  # weight, on the master
-        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "weight prompt")
+        await wait_until(pilot, lambda: prompt_open(app), 30, "weight prompt")
         await pilot.press(*"2", "enter")
         await wait_until(
             pilot,
@@ -401,7 +399,7 @@ async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tm
         await wait_until(pilot, lambda: table.current is not None, 30)
         table.move_to_key(str(second))
         await pilot.press("P")  # move the job to another pool, on the master
-        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "pool prompt")
+        await wait_until(pilot, lambda: prompt_open(app), 30, "pool prompt")
         await pilot.press(*"spare", "enter")
         await wait_until(
             pilot, lambda: str(second) in jobs_by_pool().get("spare", {}), 30, "moved to spare"
