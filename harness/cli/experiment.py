@@ -14,6 +14,7 @@ from harness.cli._common import (
     print_fields,
     print_json,
     print_table,
+    trial_state,
     when,
 )
 from harness.cli._follow import LogTail, follow_experiment, print_log_line
@@ -95,7 +96,7 @@ EXP_COLUMNS = [
 
 TRIAL_COLUMNS = [
     ("ID", "id"),
-    ("STATE", lambda t: t.get("display_state") or t.get("state")),
+    ("STATE", trial_state),
     ("STEPS", "steps_completed"),
     ("TARGET", "searcher_target"),
     ("PROGRESS", lambda t: percent(t.get("progress"))),

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from harness.cli._common import Cli, add_json_flag, percent, print_fields, print_json, print_table
+from harness.cli._common import (
+    Cli,
+    add_json_flag,
+    percent,
+    print_fields,
+    print_json,
+    print_table,
+    trial_state,
+)
 from harness.cli._follow import print_log_line
 
 
@@ -21,7 +29,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     shown = {
         **trial,
         "progress": percent(trial.get("progress")),
-        "display_state": trial.get("display_state") or trial.get("state"),
+        "display_state": trial_state(trial),
     }
     print_fields(
         cli,

@@ -233,6 +233,7 @@ def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = 
         "request_id": trial.request_id,
         "state": trial.state.value,
         "display_state": trial_display_state(trial.state, alloc.state if alloc else None),
+        "waiting_for": waiting_for(trial, alloc),
         "hparams": trial.hparams,
         "seed": trial.seed,
         "restarts": trial.restarts,
@@ -249,6 +250,15 @@ def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = 
         "created_at": iso(trial.created_at),
         "ended_at": iso(trial.ended_at),
     }
+
+
+def waiting_for(trial: Trial, alloc: Allocation | None) -> str | None:
+    """What an ACTIVE trial with no live allocation waits for when it is not queued for a slot:
+    it finished the searcher's operation (an ASHA rung) and is neither closed nor given more
+    work yet, so it waits for the searcher to promote it (it shows QUEUED otherwise)."""
+    if trial.state != State.ACTIVE or alloc is not None or trial.closing:
+        return None
+    return "promotion" if trial.searcher_completed >= trial.searcher_target else None
 
 
 def trials_of(exp_id: int) -> list[Trial]:

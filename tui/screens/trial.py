@@ -84,10 +84,10 @@ def trial_info(t: JSON, now: float, metric: str | None = None) -> Text:
     x.append("\n ")
     x.append(f"best {metric or 'val'} {fmt_number(t.get('best_validation'))}", "bold green")
     x.append(f"   latest {metrics_text(t.get('latest_validation'), metric)}")
-    x.append(f"   seed {t.get('seed', '?')}   created {fmt_age(t.get('created_at'), now)} ago")
     if t.get("exit_reason"):
         x.append(f"   exit {t['exit_reason']}", "red")
     x.append("\n ")
+    x.append(f"seed {t.get('seed', '?')}   created {fmt_age(t.get('created_at'), now)} ago   ")
     x.append("hparams ", "dim")
     x.append(hparams_text(t.get("hparams"), 400))
     return x
