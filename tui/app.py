@@ -173,6 +173,11 @@ class DetTUI(App):
         view, ident = self.start
         self.open_view(view, ident)
 
+    def set_refresh_interval(self, seconds: float) -> None:
+        self.refresh_timer.stop()
+        self.interval = seconds
+        self.refresh_timer = self.set_interval(seconds, self.refresh_cluster)
+
     # ---- the app-wide data: agents + job queue (header, GPU and queue views) -------------------
     def refresh_cluster(self, now: bool = False) -> None:
         running = self._cluster_worker

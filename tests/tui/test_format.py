@@ -174,3 +174,20 @@ async def test_the_ui_keeps_working_while_the_master_is_down() -> None:
         assert "unreachable" in header.text.plain
         await pilot.press("j", "colon", *"queue", "enter")  # still responds
         await wait_until(pilot, lambda: app.screen.VIEW == "queue")
+
+
+def test_views_never_import_the_app_nor_read_private_attributes() -> None:
+    """Views and widgets talk to the app through messages and reactive attributes only, and
+    nothing in det-tui reads another object's private attributes (Textual's included)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "tui"
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        if path.parent.name in ("screens", "widgets"):
+            assert "tui.app" not in text, path
+        assert not re.search(r"\b(?!self\b)\w+\._[a-z]\w*", text), path
+        assert "getattr(" not in text or "_" not in "".join(
+            re.findall(r"getattr\(\w+, \"(_\w*)\"", text)
+        ), path

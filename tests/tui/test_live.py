@@ -136,6 +136,8 @@ async def test_priority_keys_change_the_masters_queue(cluster: Cluster, tmp_path
             # the job above"
             await wait_until(pilot, lambda: [r.key for r in table.rows] == order, 30, "order")
             await wait_until(pilot, lambda: table.current.key == str(third))
+            # the key is offered (we know who we are, the row is ours) before it is pressed
+            await wait_until(pilot, lambda: app.screen.check_action("move_ahead", ()), 30, "K")
             await pilot.press("K")
             await wait_until(
                 pilot,
@@ -411,3 +413,45 @@ async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tm
         await wait_until(pilot, lambda: screen.pool == pool, 30, "[: previous pool")
     for exp in (first, second):
         cluster.post(f"/experiments/{exp}/kill")
+
+
+@sync
+async def test_asha_trials_waiting_for_promotion_say_so(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An ASHA trial that finished its rung and waits shows "waiting for promotion", not QUEUED
+    (det-tui's experiment view and trial header, and `det experiment describe`)."""
+    from tests.integration.test_search import asha_config
+    from tui.screens.trial import TrialScreen
+
+    api = client(cluster)
+    exp = int(api.create_experiment(asha_config(cluster, sleep=0.5), model_tar())["id"])
+
+    def waiting() -> int | None:
+        trials = cluster.experiment(exp)["trials"]
+        return next((t["id"] for t in trials if t.get("waiting_for") == "promotion"), None)
+
+    trial = wait_for(waiting, 240, 0.5, what="a trial waiting for promotion")
+    wait_for(
+        lambda: "waiting for promotion" in cluster.det("experiment", "describe", str(exp)).stdout,
+        60,
+        0.5,
+        what="det experiment describe showing the waiting trial",
+    )
+    app = DetTUI(api, start=("exp", exp), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(
+            pilot,
+            lambda: any(r.cells[1].plain == "waiting for promotion" for r in table.rows),
+            60,
+            "a row waiting for promotion",
+        )
+        await pilot.press("colon", *f"trial {trial}", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, TrialScreen), 30, "trial view")
+        info = app.screen.query_one("#trial-info")
+        await wait_until(
+            pilot,
+            lambda: "waiting for promotion" in str(info.render()) or waiting() != trial,
+            60,
+            "the trial header",
+        )
+    cluster.post(f"/experiments/{exp}/kill")

@@ -152,6 +152,7 @@ class QueueScreen(ViewScreen):
         self.available: bool | None = None
         self.data: ClusterData | None = None
         self.apply_seconds: list[float] = []  # UI-thread time per refresh (benchmark)
+        self.build_seconds: list[float] = []  # worker time building rows per refresh (benchmark)
         self._caches: dict[str, RowCache] = {}
         self._build_lock = threading.Lock()  # one RowCache user at a time
 
@@ -194,11 +195,14 @@ class QueueScreen(ViewScreen):
 
     def build(self, data: ClusterData, pool: str | None) -> QueueScreen.Rows:
         jobs = next((p for p in data.pools or [] if p["name"] == pool), {"jobs": []})
+        t0 = time.perf_counter()
         with self._build_lock:
             cache = self._caches.setdefault(pool or "", RowCache())
             rows = queue_rows(jobs, self.ctx.clock(), cache)
             cache.finish()
-        return self.Rows(pool, rows, column_widths(COLUMNS, rows))
+        widths = column_widths(COLUMNS, rows)
+        self.build_seconds.append(time.perf_counter() - t0)
+        return self.Rows(pool, rows, widths)
 
     def on_queue_screen_rows(self, message: QueueScreen.Rows) -> None:
         if message.pool != self.pool:
