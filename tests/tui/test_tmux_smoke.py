@@ -52,10 +52,19 @@ def test_det_tui_in_tmux(cluster: Cluster, tmp_path) -> None:  # type: ignore[no
     tmux("resize-window", "-t", session, "-x", "140", "-y", "35", check=False)
 
     def dead() -> str | None:
-        """det-tui's exit status once it has exited, else None."""
-        out = tmux("display-message", "-p", "-t", session, "#{pane_dead} #{pane_dead_status}")
-        flag, _, status = out.strip().partition(" ")
-        return status or "?" if flag == "1" else None
+        """det-tui's exit status once it has exited, else None (also while tmux has marked the
+        pane dead but not yet filled in how it ended)."""
+        out = tmux(
+            "display-message",
+            "-p",
+            "-t",
+            session,
+            "#{pane_dead}|#{pane_dead_status}|#{pane_dead_signal}",
+        )
+        flag, status, signal = (out.strip().split("|") + ["", ""])[:3]
+        if flag != "1":
+            return None
+        return status or (f"signal {signal}" if signal else None)
 
     def screen() -> str:
         text = tmux("capture-pane", "-p", "-t", session)
@@ -94,8 +103,10 @@ def test_det_tui_in_tmux(cluster: Cluster, tmp_path) -> None:  # type: ignore[no
 
     try:
         shows("smoke-exp")
-        out = shows("agents 1/1")
-        assert "detlab" in out and "slots 0/1" in out and "queued 0" in out
+        shows("agents 1/1")
+        shows("slots 0/1", 180)  # the 5-batch experiment has finished and freed its slot
+        out = shows("queued 0")
+        assert "detlab" in out
         command("gpu")
         out = shows("agent-1")
         assert "GPUs and slots" in out
