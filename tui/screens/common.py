@@ -98,7 +98,6 @@ class ViewScreen(Screen):
     def on_screen_resume(self) -> None:
         # what the view had is still on it (shown at once); fresh data follows from a worker
         self.refresh_data(now=True)
-        self.refresh_bindings()
 
     # ---- background fetches (Textual thread workers) -------------------------------------------
     def refresh_data(self, now: bool = False) -> None:
