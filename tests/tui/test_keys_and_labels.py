@@ -155,3 +155,21 @@ async def test_cpu_slots_say_their_load_is_the_hosts() -> None:
         assert "host" not in gpu.cells[3].plain
         agents = {r.key: r for r in app.screen.query_one("#agents", ResourceTable).rows}
         assert agents["cpu-box"].cells[6].plain.startswith("host ")
+
+
+@sync
+async def test_logs_are_offered_only_where_there_are_some() -> None:
+    app = fake_app(("gpu", None))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        table = screen.query_one("#slots", ResourceTable)
+        table.move_to_key("gpu-node-00/0")  # trial 101 on it
+        await pilot.pause()
+        assert screen.check_action("logs", ()) is True
+        table.move_to_key("gpu-node-01/3")  # a free GPU
+        await pilot.pause()
+        assert screen.check_action("logs", ()) is False
+        await pilot.press("tab")  # the agents table: no trial there
+        await wait_until(pilot, lambda: screen.focused is screen.query_one("#agents"))
+        assert screen.check_action("logs", ()) is False

@@ -258,9 +258,20 @@ class ClusterScreen(ViewScreen):
             elastic.update(message.elastic)
         self.query_one("#cluster-title", Static).update(message.title)
 
+    ROW_ACTIONS = frozenset({"logs", "open_trial"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.ROW_ACTIONS:
+            return self._trial() is not None  # only a slot with a trial on it has logs
+        return super().check_action(action, parameters)
+
+    def on_descendant_focus(self) -> None:
+        self.maybe_refresh_bindings()  # Tab between the tables: Logs comes and goes
+
     def _trial(self) -> Any:
-        table = self.query_one("#slots", ResourceTable)
-        if self.focused is not table or table.current is None:
+        """The trial on the highlighted slot (when the slots table has the focus)."""
+        table = self.focused
+        if not isinstance(table, ResourceTable) or table.id != "slots" or table.current is None:
             return None
         return table.current.data["slot"].get("trial_id")
 

@@ -299,9 +299,12 @@ class ViewScreen(Screen):
     def on_resource_table_highlighted(self, message: ResourceTable.Highlighted) -> None:
         self.maybe_refresh_bindings()
 
+    # Actions whose availability depends on the highlighted row (besides MUTATING ones).
+    ROW_ACTIONS: ClassVar[frozenset[str]] = frozenset()
+
     def maybe_refresh_bindings(self) -> None:
         """Redraw the footer only when what may be done changed (not on every cursor move)."""
-        allowed = tuple(self.check_action(a, ()) for a in sorted(MUTATING))
+        allowed = tuple(self.check_action(a, ()) for a in sorted(MUTATING | self.ROW_ACTIONS))
         if allowed != self._allowed:
             self._allowed = allowed
             self.refresh_bindings()

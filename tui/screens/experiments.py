@@ -101,9 +101,14 @@ class ExperimentsScreen(ViewScreen):
         self.query_one(ResourceTable).set_rows(message.rows)
         self.maybe_refresh_bindings()
 
+    ROW_ACTIONS = frozenset({"logs"})
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not super().check_action(action, parameters):
             return False
+        if action == "logs":  # an experiment without trials has no logs yet
+            rows = self.query_one(ResourceTable).selection()
+            return bool(rows) and bool(rows[0].data.get("num_trials"))
         if action in EXPERIMENT_VERBS:
             rows = self.query_one(ResourceTable).selection()
             return self.experiments_allowed(
