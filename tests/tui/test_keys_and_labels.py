@@ -173,3 +173,21 @@ async def test_logs_are_offered_only_where_there_are_some() -> None:
         await pilot.press("tab")  # the agents table: no trial there
         await wait_until(pilot, lambda: screen.focused is screen.query_one("#agents"))
         assert screen.check_action("logs", ()) is False
+
+
+@sync
+async def test_keys_typed_right_behind_enter_reach_the_view() -> None:
+    app = fake_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        opened: list[str] = []
+        app.screen_stack[0].app.screen_change_signal.subscribe(
+            app, lambda screen: opened.append(type(screen).__name__)
+        )
+        burst(app, ":exp 1\r3")  # the `3` arrives while the prompt still has the focus
+        await wait_until(pilot, lambda: "ExperimentScreen" in opened, what="exp 1 opened")
+        await wait_until(
+            pilot,
+            lambda: isinstance(app.screen, ExperimentsScreen) and len(app.screen_stack) == 1,
+            what="3: back to the list",
+        )

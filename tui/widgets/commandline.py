@@ -9,14 +9,33 @@ mounted, and the keys typed meanwhile went to the view underneath (or were lost)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import ClassVar
 
+from textual import events
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.suggester import SuggestFromList
 from textual.widget import Widget
 from textual.widgets import Footer, Input, Label
+
+
+class PromptInput(Input):
+    """The prompt's input. Enter and Esc close the prompt right here, in key order (a binding
+    would act only once the key has bubbled up, after the keys typed behind it), and keys that
+    reach it after that (already routed here) are handed back to the app, which routes them to
+    the view: none is lost."""
+
+    def on_key(self, event: events.Key) -> None:
+        line = self.parent
+        if not isinstance(line, CommandLine):
+            return
+        if not line.is_open:
+            event.prevent_default()
+            event.stop()
+            self.app.post_message(events.Key(event.key, event.character))
+        elif event.key in ("enter", "escape"):
+            event.prevent_default()
+            event.stop()
+            line.close(self.value if event.key == "enter" else None)
 
 
 class CommandLine(Vertical):
@@ -26,7 +45,6 @@ class CommandLine(Vertical):
     CommandLine > Input { width: 100%; border: none; height: 1; padding: 0 1;
                           background: $boost; }
     """
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", show=False)]
 
     def __init__(self) -> None:
         super().__init__(id="command-line")
@@ -37,11 +55,11 @@ class CommandLine(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Label(id="command-hint")
-        yield Input(id="command-input")
+        yield PromptInput(id="command-input")
 
     @property
-    def input(self) -> Input:
-        return self.query_one(Input)
+    def input(self) -> PromptInput:
+        return self.query_one(PromptInput)
 
     @property
     def is_open(self) -> bool:
@@ -94,10 +112,3 @@ class CommandLine(Vertical):
         event.stop()
         if self._on_change is not None and self.is_open:
             self._on_change(event.value)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        self.close(event.value)
-
-    def action_cancel(self) -> None:
-        self.close(None)
