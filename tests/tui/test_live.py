@@ -173,7 +173,19 @@ async def test_pause_activate_view_and_logs_keys_against_the_master(
         await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
         await pilot.press("p")  # pause: the master pauses the experiment
         await wait_until(pilot, lambda: state() == "PAUSED", 60, "PAUSED on the master")
-        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        # activate is offered once the view shows the experiment PAUSED (it refreshes right
+        # after the action): only what can be done to the shown state is offered
+        await wait_until(
+            pilot,
+            lambda: (
+                table.current
+                and table.current.key == str(exp)
+                and table.current.data.get("state") == "PAUSED"
+            ),
+            30,
+            "PAUSED in the view",
+        )
+        assert app.screen.check_action("activate", ()) and not app.screen.check_action("pause", ())
         await pilot.press("a")  # activate: it runs again
         await wait_until(pilot, lambda: state() == "ACTIVE", 60, "ACTIVE on the master")
         for key, view in (("1", ClusterScreen), ("2", QueueScreen), ("3", ExperimentsScreen)):

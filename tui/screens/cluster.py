@@ -66,8 +66,8 @@ def agent_rows(agents: list[JSON], now: float) -> list[Row]:
     for a in agents:
         slots = a.get("slots", [])
         used = sum(1 for s in slots if s.get("allocation_id"))
-        utils = [
-            (s.get("stats") or {}).get("util_percent")
+        utils: list[float] = [
+            float((s.get("stats") or {})["util_percent"])
             for s in slots
             if (s.get("stats") or {}).get("util_percent") is not None
         ]

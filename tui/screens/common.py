@@ -154,7 +154,7 @@ class ViewScreen(Screen):
         self.post_message(Toast(str(error), error=True))
 
     # ---- actions on the master (thread workers; results as toasts) ------------------------------
-    def run_action(self, fn: Callable[[], str | None]) -> None:
+    def call_api(self, fn: Callable[[], str | None]) -> None:
         """Call the API in a worker (`fn`); toast what it returns or its error, then refresh."""
 
         def work() -> None:
@@ -203,7 +203,7 @@ class ViewScreen(Screen):
                 raise DetError("; ".join(errors))
             return f"{past} experiment {', '.join(done)}"
 
-        self.run_action(run)
+        self.call_api(run)
 
     def experiments_allowed(
         self, action: str, experiments: Sequence[tuple[str | None, str | None]]

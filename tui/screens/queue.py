@@ -194,7 +194,7 @@ class QueueScreen(ViewScreen):
             self.fetch_in_background("rows", lambda: self.build(data, pool), now=now)
 
     def build(self, data: ClusterData, pool: str | None) -> QueueScreen.Rows:
-        jobs = next((p for p in data.pools or [] if p["name"] == pool), {"jobs": []})
+        jobs: JSON = next((p for p in data.pools or [] if p["name"] == pool), {"jobs": []})
         t0 = time.perf_counter()
         with self._build_lock:
             cache = self._caches.setdefault(pool or "", RowCache())
@@ -255,7 +255,7 @@ class QueueScreen(ViewScreen):
             ids = ", ".join(str(j["job_id"]) for j, _ in changes_for)
             return f"{verb}: job {ids}"
 
-        self.run_action(run)
+        self.call_api(run)
 
     def action_raise_priority(self) -> None:
         jobs = self._jobs()
