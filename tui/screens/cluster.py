@@ -24,7 +24,7 @@ from tui.data import (
     styled_state,
 )
 from tui.screens.common import ViewScreen
-from tui.widgets.table import Column, ResourceTable, Row
+from tui.widgets.table import Column, ResourceTable, Row, column_widths
 
 IDLE_UTIL = 5.0  # an allocated GPU below this utilisation is flagged idle
 
@@ -197,6 +197,9 @@ class ClusterScreen(ViewScreen):
             self.slots = slots
             self.elastic = elastic
             self.title = title
+            # measured here, in the worker
+            self.agent_widths = column_widths(AGENT_COLUMNS, agents)
+            self.slot_widths = column_widths(SLOT_COLUMNS, slots)
 
     def __init__(self, ctx: Context, focus: str = "slots") -> None:
         super().__init__(ctx)
@@ -250,8 +253,10 @@ class ClusterScreen(ViewScreen):
         )
 
     def on_cluster_screen_rows(self, message: ClusterScreen.Rows) -> None:
-        self.query_one("#agents", ResourceTable).set_rows(message.agents)
-        self.query_one("#slots", ResourceTable).set_rows(message.slots)
+        self.query_one("#agents", ResourceTable).set_rows(
+            message.agents, widths=message.agent_widths
+        )
+        self.query_one("#slots", ResourceTable).set_rows(message.slots, widths=message.slot_widths)
         elastic = self.query_one("#elastic", Static)
         elastic.display = message.elastic is not None
         if message.elastic is not None:

@@ -23,7 +23,7 @@ from tui.data import (
     trial_display_state,
 )
 from tui.screens.common import EXPERIMENT_VERBS, Confirm, ViewScreen
-from tui.widgets.table import Column, ResourceTable, Row
+from tui.widgets.table import Column, ResourceTable, Row, column_widths
 
 SPARK_TRIALS = 50  # sparklines for at most this many trials (one small request each)
 SPARK_POINTS = 16
@@ -132,6 +132,7 @@ class ExperimentScreen(ViewScreen):
             super().__init__()
             self.experiment = experiment
             self.rows = rows
+            self.widths = column_widths(COLUMNS, rows)  # measured here, in the worker
 
     def __init__(self, ctx: Context, exp_id: int) -> None:
         super().__init__(ctx)
@@ -194,7 +195,7 @@ class ExperimentScreen(ViewScreen):
         self.query_one("#exp-info", Static).update(
             experiment_info(message.experiment, self.ctx.clock())
         )
-        self.query_one(ResourceTable).set_rows(message.rows)
+        self.query_one(ResourceTable).set_rows(message.rows, widths=message.widths)
         self.maybe_refresh_bindings()
 
     def not_found(self, error: NotFound) -> None:

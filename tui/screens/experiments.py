@@ -10,7 +10,7 @@ from textual.message import Message
 
 from tui.data import JSON, fmt_age, fmt_number, progress_text, styled_state
 from tui.screens.common import EXPERIMENT_VERBS, Confirm, ViewScreen
-from tui.widgets.table import Column, ResourceTable, Row
+from tui.widgets.table import Column, ResourceTable, Row, column_widths
 
 LIMIT = 500
 
@@ -82,6 +82,7 @@ class ExperimentsScreen(ViewScreen):
         def __init__(self, rows: list[Row]) -> None:
             super().__init__()
             self.rows = rows
+            self.widths = column_widths(COLUMNS, rows)  # measured here, in the worker
 
     def body(self) -> ComposeResult:
         yield ResourceTable(COLUMNS, id="experiments", empty="no experiments yet")
@@ -98,7 +99,7 @@ class ExperimentsScreen(ViewScreen):
         return self.Rows(experiment_rows(exps, self.ctx.clock()))
 
     def on_experiments_screen_rows(self, message: ExperimentsScreen.Rows) -> None:
-        self.query_one(ResourceTable).set_rows(message.rows)
+        self.query_one(ResourceTable).set_rows(message.rows, widths=message.widths)
         self.maybe_refresh_bindings()
 
     ROW_ACTIONS = frozenset({"logs"})
