@@ -171,6 +171,8 @@ class DetTUI(App):
         self.refresh_timer = self.set_interval(self.interval, self.refresh_cluster)
         self.refresh_cluster()
         view, ident = self.start
+        if VIEWS.get(view, view) in NEEDS_ID:
+            self._switch("experiments")  # under it, so that Esc goes back to the list
         self.open_view(view, ident)
 
     def set_refresh_interval(self, seconds: float) -> None:

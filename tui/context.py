@@ -7,8 +7,10 @@ hands the same one to each screen it opens.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tui.api import JSON, ClusterAPI
 
@@ -23,6 +25,16 @@ class Context:
     # Who we are (GET /me), filled in by the app's first refresh; None until then (the master
     # then decides what we may do).
     user: JSON | None = field(default=None)
+
+    # What views last showed (an experiment, a trial), so that opening one again shows it at once
+    # while a worker fetches the current state. UI thread only.
+    shown: OrderedDict[Hashable, Any] = field(default_factory=OrderedDict)
+
+    def remember(self, key: Hashable, value: Any, keep: int = 32) -> None:
+        self.shown[key] = value
+        self.shown.move_to_end(key)
+        while len(self.shown) > keep:
+            self.shown.popitem(last=False)
 
     @property
     def master_url(self) -> str:

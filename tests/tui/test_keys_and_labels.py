@@ -191,3 +191,38 @@ async def test_keys_typed_right_behind_enter_reach_the_view() -> None:
             lambda: isinstance(app.screen, ExperimentsScreen) and len(app.screen_stack) == 1,
             what="3: back to the list",
         )
+
+
+@sync
+async def test_an_experiment_opened_again_shows_what_it_had_at_once() -> None:
+    class SlowClient(FakeClient):
+        slow = False
+
+        def describe_experiment(self, exp_id: int):  # type: ignore[no-untyped-def]
+            import time
+
+            if self.slow:
+                time.sleep(2.0)
+            return super().describe_experiment(exp_id)
+
+    api = SlowClient()
+    app = fake_app(("exp", 1), api=api)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ExperimentsScreen))
+        api.slow = True
+        await pilot.press("colon", *"exp 1", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ExperimentScreen))
+        await pilot.pause()
+        table = app.screen.query_one(ResourceTable)
+        assert [r.key for r in table.rows] == ["101", "102", "103"]  # before the slow answer
+
+
+@sync
+async def test_escape_from_the_first_view_goes_to_the_list() -> None:
+    app = fake_app(("trial", 101))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, ExperimentsScreen), what="list")

@@ -153,6 +153,9 @@ class ExperimentScreen(ViewScreen):
         yield ResourceTable(COLUMNS, id="trials", empty="no trials yet", markable=False)
 
     def on_mount(self) -> None:
+        shown = self.ctx.shown.get(("exp", self.exp_id))
+        if shown is not None:
+            self.on_experiment_screen_loaded(shown)  # what it showed last time, at once
         super().on_mount()
         self.query_one(ResourceTable).focus()
 
@@ -191,6 +194,7 @@ class ExperimentScreen(ViewScreen):
             self._spark_steps[t["id"]] = steps
 
     def on_experiment_screen_loaded(self, message: ExperimentScreen.Loaded) -> None:
+        self.ctx.remember(("exp", self.exp_id), message)
         self.experiment = message.experiment
         self.query_one("#exp-info", Static).update(
             experiment_info(message.experiment, self.ctx.clock())

@@ -150,6 +150,10 @@ class TrialScreen(ViewScreen):
         yield ResourceTable(CKPT_COLUMNS, id="checkpoints", empty="no checkpoints", markable=False)
 
     def on_mount(self) -> None:
+        for key, show in (("trial", self.on_trial_screen_loaded), ("chart", self.show_chart)):
+            shown = self.ctx.shown.get((key, self.trial_id))
+            if shown is not None:
+                show(shown)  # what it showed last time, at once
         super().on_mount()
         self.set_interval(
             self.CHART_REFRESH_S * self.ctx.interval_scale, lambda: self.refresh_chart()
@@ -178,6 +182,7 @@ class TrialScreen(ViewScreen):
         return self.Loaded(trial, rows, self.searcher_metric or None)
 
     def on_trial_screen_loaded(self, message: TrialScreen.Loaded) -> None:
+        self.ctx.remember(("trial", self.trial_id), message)
         self.trial = message.trial
         self.query_one("#trial-info", Static).update(
             trial_info(message.trial, self.ctx.clock(), message.metric)
@@ -212,7 +217,10 @@ class TrialScreen(ViewScreen):
         return self.Chart(names, metric, series)
 
     def on_trial_screen_chart(self, message: TrialScreen.Chart) -> None:
+        self.ctx.remember(("chart", self.trial_id), message)
         self.show_chart(message)
+        if self.chart_seconds is None:  # the first chart fetched and drawn (not a cached one)
+            self.chart_seconds = time.perf_counter() - self._opened
 
     def show_chart(self, message: TrialScreen.Chart) -> None:
         chart = self.query_one(MetricChart)
@@ -228,8 +236,6 @@ class TrialScreen(ViewScreen):
             chart.show_message("no metrics reported yet")
         else:
             chart.show(message.series)
-        if self.chart_seconds is None:
-            self.chart_seconds = time.perf_counter() - self._opened
 
     def _show_picker(self) -> None:
         t = Text(" metric: ", "bold")
