@@ -137,6 +137,7 @@ class ViewScreen(Screen):
             return
         if worker.is_cancelled:
             return  # a newer fetch of the same group replaced this one
+        self._last_error = None  # the same error, should it come back, is shown again
         self.post_message(MasterStatus(None))
         if message is not None:
             self.post_message(message)
