@@ -13,29 +13,34 @@ import argparse
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from functools import partial
+from typing import ClassVar
 
+from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.screen import ModalScreen, Screen
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import ModalScreen
+from textual.widgets import Input
+from textual.worker import Worker, get_current_worker
 
 from detlab.constants import DEFAULT_MASTER_URL
-from harness.api import DetError, NotFound
+from harness.api import DetError, MasterUnreachable, NotFound
 from tui.api import ClusterAPI
-from tui.data import JSON, Freshness, History, Poller
-from tui.screens.cluster import ClusterScreen, agent_rows, slot_key, slot_rows, summarize
-from tui.screens.common import Help, Prompt, ViewScreen, key_label
+from tui.context import Context
+from tui.data import JSON, ClusterData, Freshness, History, slot_key, summarize
+from tui.messages import MasterChanged, MasterStatus, OpenView, Toast
+from tui.screens.cluster import ClusterScreen
+from tui.screens.common import Help, ViewScreen
 from tui.screens.experiment import ExperimentScreen
 from tui.screens.experiments import ExperimentsScreen
 from tui.screens.logs import LogsScreen
 from tui.screens.models import ModelsScreen
-from tui.screens.queue import COLUMNS as QUEUE_COLUMNS
-from tui.screens.queue import NOT_AVAILABLE, QueueScreen, queue_rows
+from tui.screens.queue import NOT_AVAILABLE, QueueScreen
 from tui.screens.trial import TrialScreen
-from tui.widgets.header import HeaderBar, Summary, header_text
-from tui.widgets.table import Row, RowCache, column_widths
 
 DEFAULT_MASTER = DEFAULT_MASTER_URL
 VIEWS = {
@@ -59,6 +64,7 @@ VIEWS = {
     "model": "models",
 }
 NEEDS_ID = {"exp", "trial", "logs"}
+QUIT = {"q", "quit", "exit", "q!"}
 COMMANDS = [
     "queue",
     "exps",
@@ -71,42 +77,55 @@ COMMANDS = [
     "help",
     "quit",
 ]
+# The base view of each mode (its own stack of pushed views: an experiment, a trial, logs).
+MODE_SCREENS: dict[str, type[ViewScreen]] = {
+    "cluster": ClusterScreen,
+    "queue": QueueScreen,
+    "experiments": ExperimentsScreen,
+    "models": ModelsScreen,
+}
 
 
-@dataclass
-class ClusterData:
-    """What the app-wide poller fetched (agents + job queue), with table rows built off-thread."""
+class ClusterFetched(Message):
+    def __init__(self, data: ClusterData) -> None:
+        super().__init__()
+        self.data = data
 
-    agents: list[JSON]
-    pools: list[JSON] | None
-    queue_error: str | None
-    summary: dict[str, int | None]
-    agent_rows: list[Row]
-    slot_rows: list[Row]
-    queue_rows: dict[str, list[Row]] = field(default_factory=dict)
-    queue_widths: dict[str, list[int]] = field(default_factory=dict)
-    elastic: list[JSON] = field(default_factory=list)  # provider pools (elastic agents)
+
+class ClusterFailed(Message):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
 
 
 class DetTUI(App):
+    """The app: modes (one per top-level view), navigation, toasts, and the app-wide data.
+
+    Data flow: a thread worker fetches agents + job queue + provider pools every `interval`
+    seconds and publishes an immutable `ClusterData` through the reactive `cluster`; the header,
+    the GPU view and the queue view `watch` it and build their rows in their own workers. Each
+    view fetches its own data the same way. Views post messages (tui/messages.py) to open views,
+    show toasts and report whether the master answered; the app never reaches into a view.
+    """
+
     CSS_PATH = "app.tcss"
     TITLE = "det-tui"
     ENABLE_COMMAND_PALETTE = False
-    MODES: ClassVar[dict[str, Any]] = {
-        "cluster": ClusterScreen,
-        "queue": QueueScreen,
-        "experiments": ExperimentsScreen,
-        "models": ModelsScreen,
-    }
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("colon", "palette", ":cmd"),
+        # priority: runs before the next key is routed, so keys typed right after `:` land in
+        # the prompt line however busy the machine is
+        Binding("colon", "palette", ":cmd", priority=True),
         Binding("question_mark", "help", "Help"),
         Binding("1", "view('cluster')", "GPUs", show=False),
         Binding("2", "view('queue')", "Queue", show=False),
         Binding("3", "view('experiments')", "Exps", show=False),
         Binding("4", "view('models')", "Models", show=False),
         Binding("q", "quit", "Quit", show=False),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
+
+    cluster: reactive[ClusterData | None] = reactive(None, always_update=True)
+    freshness: reactive[Freshness] = reactive(Freshness)
 
     def __init__(
         self,
@@ -121,57 +140,90 @@ class DetTUI(App):
         user: JSON | None = None,
     ) -> None:
         super().__init__()
-        self.api = api
-        self.readonly = readonly
+        self.ctx = Context(
+            api,
+            clock=clock,
+            readonly=readonly,
+            max_log_lines=max_log_lines,
+            interval_scale=interval_scale,
+            user=user,
+        )
         self.start = start
-        self.clock = clock
-        self.interval = interval
-        self.interval_scale = interval_scale
-        self.max_log_lines = max_log_lines
-        self.user: JSON | None = user
-        self.freshness = Freshness(clock)
+        self.interval = interval * interval_scale
         self.history = History(30)
-        self.cluster: ClusterData | None = None
         self.toast_log: list[tuple[str, bool]] = []
-        self.frame_seconds: list[float] = []  # UI-thread time per cluster refresh (benchmark)
+        self.fetch_seconds: deque[float] = deque(maxlen=200)  # worker time per refresh (bench)
         self._shown_errors: set[str] = set()
-        self.cluster_poller: Poller | None = None
-        self._row_caches: dict[str, RowCache] = {}
+        self._cluster_worker: Worker | None = None
+        for mode, screen in MODE_SCREENS.items():
+            self.add_mode(mode, partial(screen, self.ctx))
+
+    @property
+    def api(self) -> ClusterAPI:
+        return self.ctx.api
+
+    @property
+    def readonly(self) -> bool:
+        return self.ctx.readonly
 
     # ---- startup --------------------------------------------------------------------------------
     def on_mount(self) -> None:
-        self.cluster_poller = Poller(
-            self,
-            "cluster",
-            self._fetch_cluster,
-            self._apply_cluster,
-            interval=self.interval * self.interval_scale,
-            on_error=self._cluster_error,
-        ).start()
-        self.set_interval(1.0, self.refresh_header)
+        self.refresh_timer = self.set_interval(self.interval, self.refresh_cluster)
+        self.refresh_cluster()
         view, ident = self.start
+        if VIEWS.get(view, view) in NEEDS_ID:
+            self._switch("experiments")  # under it, so that Esc goes back to the list
         self.open_view(view, ident)
 
-    @property
-    def master_url(self) -> str:
-        return str(getattr(self.api, "master", "?"))
+    def set_refresh_interval(self, seconds: float) -> None:
+        self.refresh_timer.stop()
+        self.interval = seconds
+        self.refresh_timer = self.set_interval(seconds, self.refresh_cluster)
 
-    # ---- the app-wide poller: agents + job queue (header, GPU and queue views) -----------------
-    def _fetch_cluster(self) -> ClusterData:
-        if self.user is None:
+    # ---- the app-wide data: agents + job queue (header, GPU and queue views) -------------------
+    def refresh_cluster(self, now: bool = False) -> None:
+        running = self._cluster_worker
+        if running is not None and running.is_running and not now:
+            return  # a slow master: never two refreshes at once
+        self._cluster_worker = self._fetch_cluster()
+
+    @work(thread=True, exclusive=True, group="cluster", exit_on_error=False)
+    def _fetch_cluster(self) -> None:
+        worker = get_current_worker()
+        t0 = time.perf_counter()
+        try:
+            data = self._cluster_snapshot()
+        except MasterUnreachable as e:
+            self.post_message(MasterStatus(str(e)))
+            return
+        except Exception as e:  # noqa: BLE001 - shown once, then retried
+            if not worker.is_cancelled:
+                self.post_message(ClusterFailed(e))
+            return
+        if worker.is_cancelled:
+            return  # superseded by a newer refresh (after an action)
+        self.fetch_seconds.append(time.perf_counter() - t0)
+        self.post_message(MasterStatus(None))
+        self.post_message(ClusterFetched(data))
+
+    def _cluster_snapshot(self) -> ClusterData:
+        """Blocking API calls (worker thread)."""
+        api = self.ctx.api
+        user = self.ctx.user
+        if user is None:
             try:
-                self.user = self.api.me()
+                user = api.me()
             except NotFound:
-                self.user = {}
-        agents = self.api.list_agents()
+                user = {}
+        agents = api.list_agents()
         pools: list[JSON] | None
         queue_error = None
         try:
-            pools = self.api.job_queues()
+            pools = api.job_queues()
         except NotFound:
             pools, queue_error = None, NOT_AVAILABLE
         elastic: list[JSON] = []
-        fetch_elastic = getattr(self.api, "provisioner_pools", None)
+        fetch_elastic = getattr(api, "provisioner_pools", None)
         if fetch_elastic is not None:
             try:
                 elastic = fetch_elastic()
@@ -180,83 +232,58 @@ class DetTUI(App):
         for a in agents:
             for s in a.get("slots", []):
                 self.history.add(slot_key(a, s), (s.get("stats") or {}).get("util_percent"))
-        now = self.clock()
-        rows: dict[str, list[Row]] = {}
-        widths: dict[str, list[int]] = {}
-        for p in pools or []:
-            cache = self._row_caches.setdefault(p["name"], RowCache())
-            rows[p["name"]] = queue_rows(p, now, cache)
-            cache.finish()
-            widths[p["name"]] = column_widths(QUEUE_COLUMNS, rows[p["name"]])
         return ClusterData(
             agents=agents,
             pools=pools,
             queue_error=queue_error,
             summary=summarize(agents, pools),
-            agent_rows=agent_rows(agents, now),
-            slot_rows=slot_rows(agents, self.history),
-            queue_rows=rows,
-            queue_widths=widths,
+            user=user,
+            history=self.history.snapshot(),
             elastic=elastic,
         )
 
-    def _apply_cluster(self, data: ClusterData) -> None:
-        t0 = time.perf_counter()
-        self.cluster = data
-        self.freshness_ok()
-        for screen in self.screen_stack:
-            if isinstance(screen, ClusterScreen | QueueScreen) and screen.is_mounted:
-                screen.on_cluster_data()
-        self.frame_seconds.append(time.perf_counter() - t0)
+    def on_cluster_fetched(self, message: ClusterFetched) -> None:
+        self.ctx.user = message.data.user
+        self.cluster = message.data
 
-    def _cluster_error(self, error: BaseException) -> None:
-        if isinstance(error, DetError) and not isinstance(error, NotFound):
-            from harness.api import MasterUnreachable
+    def on_cluster_failed(self, message: ClusterFailed) -> None:
+        text = str(message.error) or type(message.error).__name__
+        if text not in self._shown_errors:
+            self._shown_errors.add(text)
+            self.toast(text, error=True)
 
-            if isinstance(error, MasterUnreachable):
-                self.freshness_failed(str(error))
-                return
-        message = str(error) or type(error).__name__
-        if message not in self._shown_errors:
-            self._shown_errors.add(message)
-            self.toast(message, error=True)
+    # ---- messages from the views ----------------------------------------------------------------
+    def on_master_status(self, message: MasterStatus) -> None:
+        now = self.ctx.clock()
+        if message.error is None:
+            if self.freshness.error is not None:
+                self.toast("master reachable again")
+            self.freshness = self.freshness.ok(now)
+        else:
+            self.freshness = self.freshness.failed(message.error, now)
 
-    # ---- freshness + header ---------------------------------------------------------------------
-    def freshness_ok(self) -> None:
-        was_down = self.freshness.error is not None
-        self.freshness.ok()
-        if was_down:
-            self.toast("master reachable again")
-        self.refresh_header()
+    def on_toast(self, message: Toast) -> None:
+        self.toast(message.text, message.error)
 
-    def freshness_failed(self, message: str) -> None:
-        self.freshness.failed(message)
-        self.refresh_header()
+    def on_open_view(self, message: OpenView) -> None:
+        self.open_view(message.view, message.ident)
 
+    def on_master_changed(self, message: MasterChanged) -> None:
+        self.refresh_cluster(now=True)
+
+    def toast(self, message: str, error: bool = False) -> None:
+        self.toast_log.append((message, error))
+        self.notify(
+            message, severity="error" if error else "information", timeout=6 if error else 3
+        )
+
+    # ---- navigation -----------------------------------------------------------------------------
     def top_view(self) -> ViewScreen | None:
         for screen in reversed(self.screen_stack):
             if not isinstance(screen, ModalScreen):
                 return screen if isinstance(screen, ViewScreen) else None
         return None
 
-    def refresh_header(self) -> None:
-        view = self.top_view()
-        if view is None or not view.is_mounted:
-            return
-        s = self.cluster.summary if self.cluster else {}
-        text = header_text(
-            view.title_text,
-            self.master_url,
-            (self.user or {}).get("username"),
-            Summary(**s) if s else Summary(),
-            self.freshness,
-            self.clock(),
-            self.readonly,
-        )
-        for header in view.query(HeaderBar):
-            header.set_text(text)
-
-    # ---- navigation -----------------------------------------------------------------------------
     def open_view(self, view: str, ident: int | str | None = None) -> None:
         kind = VIEWS.get(view, view)
         if kind in NEEDS_ID:
@@ -267,42 +294,47 @@ class DetTUI(App):
                 return
         if kind in ("cluster", "agents"):
             self._switch("cluster")
-            focus = "#agents" if kind == "agents" else "#slots"
-            self.call_after_refresh(self._focus_in_cluster, focus)
+            screen = self.screen
+            if isinstance(screen, ClusterScreen):
+                screen.focus_table("agents" if kind == "agents" else "slots")
         elif kind in ("queue", "experiments", "models"):
             self._switch(kind)
         elif kind == "exp":
-            self.push_screen(ExperimentScreen(int(ident)))  # type: ignore[arg-type]
+            self.push_screen(ExperimentScreen(self.ctx, int(ident)))  # type: ignore[arg-type]
         elif kind == "trial":
-            self.push_screen(TrialScreen(int(ident)))  # type: ignore[arg-type]
+            self.push_screen(TrialScreen(self.ctx, int(ident)))  # type: ignore[arg-type]
         elif kind == "logs":
-            self.push_screen(LogsScreen(int(ident)))  # type: ignore[arg-type]
+            self.push_screen(LogsScreen(self.ctx, int(ident)))  # type: ignore[arg-type]
         else:
             self.toast(f"unknown view {view!r}: try :queue, :exps, :exp ID, :gpu", error=True)
 
     def _switch(self, mode: str) -> None:
+        """Show `mode`'s list view: an experiment, trial or logs view opened on top of it
+        earlier is closed (the view keys and `:exps` always show the list)."""
         if self.current_mode != mode:
             self.switch_mode(mode)
-        else:
-            while len(self.screen_stack) > 1:
-                self.pop_screen()
-
-    def _focus_in_cluster(self, selector: str) -> None:
-        screen = self.top_view()
-        if isinstance(screen, ClusterScreen):
-            screen.query_one(selector).focus()
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
 
     def action_view(self, mode: str) -> None:
         self.open_view(mode)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "palette":
+            # `:` typed into an open prompt is a character; over the help or a question it is
+            # nothing
+            return not isinstance(self.focused, Input) and isinstance(self.screen, ViewScreen)
+        return True
+
     def action_palette(self) -> None:
-        self.push_screen(
-            Prompt(
-                ":",
-                suggestions=COMMANDS,
-                hint="queue · exps · exp ID · trial ID · logs ID · gpu · agents · help · quit",
-            ),
-            self.run_command,
+        view = self.top_view()
+        if view is None or view is not self.screen:
+            return
+        view.ask(
+            ":",
+            suggestions=COMMANDS,
+            hint="queue · exps · exp ID · trial ID · logs ID · gpu · agents · models · help · quit",
+            on_submit=self.run_command,
         )
 
     def run_command(self, command: str | None) -> None:
@@ -312,7 +344,10 @@ class DetTUI(App):
         if not parts:
             return
         name, args = parts[0].lower(), parts[1:]
-        if name in ("q", "quit", "exit", "q!") and not args:
+        if name not in VIEWS and name not in QUIT and name not in ("help", "h"):
+            # what the prompt suggested while typing (the first command it starts)
+            name = next((c.strip() for c in COMMANDS if c.startswith(name)), name)
+        if name in QUIT and not args:
             self.exit()
         elif name in ("help", "h"):
             self.action_help()
@@ -323,92 +358,9 @@ class DetTUI(App):
 
     def action_help(self) -> None:
         view = self.top_view()
-        keys: list[tuple[str, str]] = []
-        seen: set[str] = set()
-        for _key, active in self.screen.active_bindings.items():
-            b = active.binding
-            if active.node is self or b.action in seen or not b.description:
-                continue
-            if type(active.node).__name__ == "ResourceTable":
-                continue
-            if not active.enabled or (
-                view is not None and view.check_action(b.action.split("(")[0], ()) is False
-            ):
-                continue
-            seen.add(b.action)
-            keys.append((key_label(b.key), b.description))
-        self.push_screen(Help(view.title_text if view else "det-tui", keys))
-
-    # ---- actions on the master ------------------------------------------------------------------
-    def toast(self, message: str, error: bool = False) -> None:
-        self.toast_log.append((message, error))
-        self.notify(
-            message, severity="error" if error else "information", timeout=6 if error else 3
-        )
-
-    def call_api(self, fn: Callable[[], str | None], poke: Screen | None = None) -> None:
-        """Run `fn` (which calls the API) in a worker; toast its result or its error."""
-
-        def work() -> None:
-            try:
-                message = fn()
-            except DetError as e:
-                self.call_from_thread(self.toast, str(e), True)
-            else:
-                self.call_from_thread(self._api_done, message, poke)
-            finally:
-                self.call_from_thread(self._poke_all)
-
-        self.run_worker(work, thread=True, group="actions", exit_on_error=False)
-
-    def _api_done(self, message: str | None, poke: Screen | None) -> None:
-        if message:
-            self.toast(message)
-
-    def _poke_all(self) -> None:
-        if self.cluster_poller is not None:
-            self.cluster_poller.poke()
-        for screen in self.screen_stack:
-            if isinstance(screen, ViewScreen):
-                screen.poke()
-
-    def experiment_action(
-        self, verb: str, exp_ids: Sequence[int], poke: Screen | None = None
-    ) -> None:
-        if not exp_ids:
+        if view is None:
             return
-        method = getattr(self.api, f"{verb}_experiment")
-        past = {"pause": "paused", "activate": "activated", "kill": "killed"}.get(verb, verb)
-
-        def run() -> str:
-            done, errors = [], []
-            for i in exp_ids:
-                try:
-                    method(i)
-                    done.append(str(i))
-                except DetError as e:
-                    errors.append(str(e))
-            if errors:
-                raise DetError("; ".join(errors))
-            return f"{past} experiment {', '.join(done)}"
-
-        self.call_api(run, poke)
-
-    def open_experiment_logs(self, exp_id: int) -> None:
-        def work() -> None:
-            try:
-                trials = self.api.describe_experiment(exp_id).get("trials") or []
-            except DetError as e:
-                self.call_from_thread(self.toast, str(e), True)
-                return
-            if not trials:
-                self.call_from_thread(self.toast, f"experiment {exp_id} has no trials yet")
-                return
-            running = [t for t in trials if t.get("display_state") == "RUNNING"]
-            pick = (running or sorted(trials, key=lambda t: t["id"]))[-1 if not running else 0]
-            self.call_from_thread(self.open_view, "logs", pick["id"])
-
-        self.run_worker(work, thread=True, group="actions", exit_on_error=False)
+        self.push_screen(Help(view.title_text, view.help_keys()))
 
 
 HELP_EPILOG = "keys inside: `:` views, `?` help, `/` filter, Esc back, q quit"

@@ -1,24 +1,22 @@
 """The TUI's data layer: background pollers over the shared `Client`, and pure formatting helpers.
 
-Nothing here touches the screen. Every network call runs in a worker thread (`Poller`); results go
-back to the UI thread with `App.call_from_thread`. The API object is a `tui.api.ClusterAPI`: the
-real `harness.api.Client`, or the fixed-data fake (`tui.fake.FakeClient`) in tests and snapshots.
+Nothing here touches the screen or the network. The snapshots (`ClusterData`, `Freshness`) are
+immutable: the app publishes new ones through reactive attributes (tui/app.py) and screens build
+their rows from them in Textual workers. The API object is a `tui.api.ClusterAPI`: the real
+`harness.api.Client`, or the fixed-data fake (`tui.fake.FakeClient`) in tests and `--demo`.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.text import Text
-
-if TYPE_CHECKING:
-    from textual.app import App
 
 JSON = dict[str, Any]
 
@@ -154,7 +152,8 @@ def resample(values: Sequence[float], n: int) -> list[float]:
 
 def styled_state(state: str | None) -> Text:
     state = state or "-"
-    return Text(state, style=STATE_STYLE.get(state, ""), no_wrap=True)
+    style = STATE_STYLE.get(state, "yellow" if state.startswith("waiting") else "")
+    return Text(state, style=style, no_wrap=True)
 
 
 def progress_text(progress: float | None, width: int = 8) -> Text:
@@ -165,7 +164,45 @@ def progress_text(progress: float | None, width: int = 8) -> Text:
 
 
 def trial_display_state(trial: JSON) -> str:
+    """What a trial is doing: its display state, or what it waits for (`waiting_for`, e.g. an
+    ASHA trial that finished its rung waits for promotion instead of being QUEUED)."""
+    if trial.get("waiting_for"):
+        return f"waiting for {trial['waiting_for']}"
     return trial.get("display_state") or trial.get("state") or "-"
+
+
+def latest_metric(latest: Any, metric: str | None) -> Any:
+    """The searcher metric's value in a trial's latest validation (a dict of metrics); a bare
+    number (older masters, the fake) as it is."""
+    if not isinstance(latest, dict):
+        return latest
+    if metric:
+        for name in (metric, metric.removeprefix("validation_"), f"validation_{metric}"):
+            if name in latest:
+                return latest[name]
+    return None
+
+
+def metrics_text(latest: Any, metric: str | None, others: int = 2) -> str:
+    """A validation's metrics, short: the searcher metric first, then `others` more numbers,
+    `validation_loss 0.2310 · accuracy 0.9120 (+3 more) at step 400`; never a JSON dict."""
+    if not isinstance(latest, dict):
+        return fmt_number(latest)
+    values = {k: v for k, v in latest.items() if k != "steps_completed"}
+    first = next(
+        (n for n in (metric, (metric or "").removeprefix("validation_")) if n and n in values),
+        None,
+    )
+    names = ([first] if first else []) + [k for k in values if k != first]
+    numeric = [n for n in names if isinstance(values[n], int | float)]
+    shown = numeric[: 1 + others]
+    parts = [f"{n} {fmt_number(values[n])}" for n in shown]
+    text = " · ".join(parts) if parts else "-"
+    if len(values) > len(shown):
+        text += f" (+{len(values) - len(shown)} more)"
+    if isinstance(latest.get("steps_completed"), int):
+        text += f" at step {latest['steps_completed']}"
+    return text
 
 
 def job_action_allowed(job_user: str | None, user: JSON | None) -> bool:
@@ -195,128 +232,100 @@ def is_error_line(line: str) -> bool:
 
 
 class History:
-    """Per-key bounded history of samples (e.g. a GPU's utilisation for its sparkline)."""
+    """Per-key bounded history of samples (e.g. a GPU's utilisation for its sparkline).
+
+    Written by the app's refresh worker, copied for readers: a lock keeps a copy whole."""
 
     def __init__(self, length: int = 30) -> None:
         self.length = length
         self._data: dict[Any, deque[float]] = {}
+        self._lock = threading.Lock()
 
     def add(self, key: Any, value: float | None) -> None:
         if value is None:
             return
-        self._data.setdefault(key, deque(maxlen=self.length)).append(float(value))
+        with self._lock:
+            self._data.setdefault(key, deque(maxlen=self.length)).append(float(value))
 
     def get(self, key: Any) -> list[float]:
-        return list(self._data.get(key, ()))
+        with self._lock:
+            return list(self._data.get(key, ()))
+
+    def snapshot(self) -> dict[str, list[float]]:
+        with self._lock:
+            return {str(k): list(v) for k, v in self._data.items()}
 
 
-# ---- the API and freshness --------------------------------------------------------------------
+# ---- what the master said, as immutable snapshots ------------------------------------------------
+@dataclass(frozen=True)
 class Freshness:
-    """When the master last answered, and the error since, for the header's indicator."""
+    """When the master last answered, and the error since (the header's indicator)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
-        self.last_ok: float | None = None
-        self.error: str | None = None
-        self.error_since: float | None = None
+    last_ok: float | None = None
+    error: str | None = None
+    error_since: float | None = None
 
-    def ok(self) -> None:
-        self.last_ok = self.clock()
-        self.error = None
-        self.error_since = None
+    def ok(self, now: float) -> Freshness:
+        return Freshness(last_ok=now)
 
-    def failed(self, message: str) -> None:
-        self.error = message
-        if self.error_since is None:
-            self.error_since = self.clock()
+    def failed(self, message: str, now: float) -> Freshness:
+        since = self.error_since if self.error_since is not None else now
+        return Freshness(self.last_ok, message, since)
 
     @property
     def reachable(self) -> bool:
         return self.error is None
 
 
-class Poller:
-    """Calls `fetch()` in a worker thread every `interval` seconds and hands the result to
-    `apply(result)` on the UI thread. `poke()` refreshes now. Never two fetches at once, so a slow
-    master never piles up requests; failures go to `on_error` and the loop retries.
+@dataclass(frozen=True, eq=False)  # eq=False: never compared field by field (10,000 jobs)
+class ClusterData:
+    """One answer of the app-wide refresh (agents, job queue, provider pools, who we are).
+
+    Raw JSON only: each screen builds its own rows from it (tui/screens/*), off the UI thread.
+    `history` is each slot's recent utilisation (a copy, so readers need no lock).
     """
 
-    def __init__(
-        self,
-        app: App,
-        name: str,
-        fetch: Callable[[], Any],
-        apply: Callable[[Any], None],
-        interval: float = 2.0,
-        on_error: Callable[[BaseException], None] | None = None,
-        active: Callable[[], bool] | None = None,
-    ) -> None:
-        self.app = app
-        self.name = name
-        self.fetch = fetch
-        self.apply = apply
-        self.interval = interval
-        self.on_error = on_error
-        self.active = active or (lambda: True)
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self.fetch_seconds: deque[float] = deque(maxlen=200)  # worker time, for the benchmark
-        self.rounds = 0
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Poller:
-        """Start the loop (once) in a daemon thread: quitting the app never waits for a fetch."""
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._loop, name=f"poll:{self.name}", daemon=True
-            )
-            self._thread.start()
-        return self
-
-    def poke(self) -> None:
-        self._wake.set()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-
-    def _deliver(self, fn: Callable[..., None], *args: Any) -> bool:
-        if self._stop.is_set() or not app_alive(self.app):
-            self._stop.set()
-            return False
-        try:
-            self.app.call_from_thread(fn, *args)
-        except BaseException:  # noqa: BLE001 - the app is shutting down (RuntimeError, Cancelled)
-            self._stop.set()
-            return False
-        return True
-
-    def _guarded_apply(self, result: Any) -> None:
-        if not self._stop.is_set():
-            self.apply(result)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            if not self.active():
-                self._wake.wait(0.1)  # not visible: look again soon, fetch nothing
-                self._wake.clear()
-                continue
-            t0 = time.perf_counter()
-            try:
-                result = self.fetch()
-            except Exception as e:  # noqa: BLE001 - reported, then retried
-                if self.on_error is not None and not self._deliver(self.on_error, e):
-                    return
-            else:
-                self.fetch_seconds.append(time.perf_counter() - t0)
-                self.rounds += 1
-                if not self._deliver(self._guarded_apply, result):
-                    return
-            # a slow or huge answer stretches the interval: refreshing never eats the CPU
-            self._wake.wait(max(self.interval, 10 * (time.perf_counter() - t0)))
-            self._wake.clear()
+    agents: list[JSON]
+    pools: list[JSON] | None
+    queue_error: str | None
+    summary: dict[str, int | None]
+    user: JSON
+    history: dict[str, list[float]] = field(default_factory=dict)
+    elastic: list[JSON] = field(default_factory=list)  # provider pools (elastic agents)
 
 
-def app_alive(app: App) -> bool:
-    """False once the app is closing (calling into it then only leaks a coroutine)."""
-    return bool(getattr(app, "_running", True)) and not getattr(app, "_closing", False)
+def summarize(agents: list[JSON], pools: list[JSON] | None) -> dict[str, int | None]:
+    """Header figures: slots used/total (ACTIVE agents), queued jobs, agents up."""
+    active = [a for a in agents if a.get("state") == "ACTIVE"]
+    slots = [s for a in active for s in a.get("slots", []) if s.get("enabled", True)]
+    queued = None
+    if pools is not None:
+        queued = sum(1 for p in pools for j in p.get("jobs", []) if j.get("state") == "QUEUED")
+    return {
+        "slots_used": sum(1 for s in slots if s.get("allocation_id")),
+        "slots_total": len(slots),
+        "queued": queued,
+        "agents_up": len(active),
+        "agents_total": len(agents),
+    }
+
+
+def slot_key(agent: JSON, slot: JSON) -> str:
+    return f"{agent['id']}/{slot.get('index')}"
+
+
+# ---- what may be done to an experiment in which state ------------------------------------------
+# The master's table (master/states.py ACTIONS; tests/tui/test_format.py checks they agree): an
+# action that cannot be performed is not offered.
+EXPERIMENT_ACTIONS: dict[str, frozenset[str]] = {
+    "pause": frozenset({"ACTIVE"}),
+    "activate": frozenset({"PAUSED"}),
+    "kill": frozenset({"ACTIVE", "PAUSED", "STOPPING_COMPLETED", "STOPPING_CANCELED"}),
+}
+
+
+def experiment_action_allowed(action: str, state: str | None) -> bool:
+    """Whether `action` (pause, activate, kill) applies to an experiment in `state`; an unknown
+    state (an older master) lets the master decide."""
+    allowed = EXPERIMENT_ACTIONS.get(action)
+    return allowed is None or state is None or state in allowed

@@ -201,13 +201,22 @@ class FakeClient:
                     "searcher_target": 1000,
                     "progress": steps / 1000,
                     "best_validation": round(0.9 / (k + 2), 4) if steps else None,
-                    "latest_validation": round(1.0 / (k + 2), 4) if steps else None,
+                    "latest_validation": {
+                        "steps_completed": steps,
+                        "validation_loss": round(1.0 / (k + 2), 4),
+                        "accuracy": round(1 - 1.0 / (k + 3), 4),
+                        "top5_accuracy": round(1 - 0.5 / (k + 3), 4),
+                    }
+                    if steps
+                    else None,
                     "latest_checkpoint": f"ckpt-{tid}-{steps}" if steps else None,
                     "exit_reason": "ERRORED" if state == "ERROR" else None,
                     "allocation_id": f"alloc-{tid}" if running else None,
                     "agent_id": "gpu-node-00" if running else None,
                     "created_at": iso(3600 * eid),
                     "ended_at": None,
+                    # an ASHA trial that finished its rung and waits for promotion
+                    "waiting_for": "promotion" if tid == 203 else None,
                 }
         self.pools = self._build_pools()
 
@@ -237,12 +246,13 @@ class FakeClient:
                 continue
             trials = [t for t in self.trials.values() if t["experiment_id"] == e["id"]]
             running = sum(t["display_state"] == "RUNNING" for t in trials)
-            queued = sum(t["display_state"] == "QUEUED" for t in trials)
+            queued = sum(t["display_state"] == "QUEUED" and not t["waiting_for"] for t in trials)
             pools[e["resource_pool"]].append(
                 {
                     "job_id": str(e["id"]),
                     "type": "EXPERIMENT",
                     "experiment_id": e["id"],
+                    "experiment_state": e["state"],
                     "name": e["name"],
                     "user": e["owner"],
                     "state": "SCHEDULED" if running else "QUEUED",
@@ -354,6 +364,9 @@ class FakeClient:
                 trials = [t for t in self.trials.values() if t["experiment_id"] == e["id"]]
                 return copy.deepcopy({"experiment": e, "trials": trials})
         raise NotFound(404, f"experiment {exp_id} not found", "not_found")
+
+    def get_experiment(self, exp_id: int) -> JSON:
+        return self.describe_experiment(exp_id)["experiment"]
 
     def get_trial(self, trial_id: int) -> JSON:
         if int(trial_id) not in self.trials:

@@ -131,3 +131,11 @@ def size(n: Any) -> str:
             return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
         b /= 1024
     return ""
+
+
+def trial_state(trial: dict[str, Any]) -> str:
+    """A trial's state as people read it: what it waits for (`waiting for promotion`: an ASHA
+    trial that finished its rung) rather than QUEUED, else its display state."""
+    if trial.get("waiting_for"):
+        return f"waiting for {trial['waiting_for']}"
+    return str(trial.get("display_state") or trial.get("state") or "-")

@@ -9,6 +9,7 @@ from typing import Any
 
 from detlab.constants import TERMINAL_STATES
 from harness.api.client import Client
+from harness.cli._common import trial_state
 
 DRAIN_GRACE = 30.0  # after the experiment ends, how long to wait for trials' last log lines
 
@@ -134,7 +135,7 @@ def _follow(
                 exp_state = exp["state"]
                 say(f"Experiment {exp_id} is {exp_state}")
             for t in trials:
-                shown = t.get("display_state") or t.get("state")
+                shown = trial_state(t)
                 if _ending(shown) and t["id"] not in tail.done:
                     continue
                 if trial_states.get(t["id"]) != shown:

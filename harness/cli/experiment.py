@@ -17,6 +17,7 @@ from harness.cli._common import (
     print_fields,
     print_json,
     print_table,
+    trial_state,
     when,
 )
 from harness.cli._follow import LogTail, follow_experiment, print_log_line
@@ -106,7 +107,7 @@ EXP_COLUMNS: list[Column] = [
 
 TRIAL_COLUMNS: list[Column] = [
     ("ID", "id"),
-    ("STATE", lambda t: t.get("display_state") or t.get("state")),
+    ("STATE", trial_state),
     ("STEPS", "steps_completed"),
     ("TARGET", "searcher_target"),
     ("PROGRESS", lambda t: percent(t.get("progress"))),

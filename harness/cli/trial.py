@@ -16,6 +16,7 @@ from harness.cli._common import (
     print_fields,
     print_json,
     print_table,
+    trial_state,
     when,
 )
 from harness.cli._follow import print_log_line
@@ -34,7 +35,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     shown = {
         **trial,
         "progress": percent(trial.get("progress")),
-        "display_state": trial.get("display_state") or trial.get("state"),
+        "display_state": trial_state(trial),
         "hparams": " ".join(f"{k}={cell(v)}" for k, v in (trial.get("hparams") or {}).items()),
         "latest_validation": metrics_line(trial.get("latest_validation")),
         "created_at": when(trial.get("created_at")),

@@ -93,6 +93,7 @@ def queue_jobs(pool: str | None = None) -> list[dict[str, Any]]:
                     "job_id": str(exp.id),
                     "type": "EXPERIMENT",
                     "experiment_id": exp.id,
+                    "experiment_state": exp.state.value,
                     "name": exp.name,
                     "user": exp.owner.username if exp.owner else None,
                     "owner_id": exp.owner_id,

@@ -272,6 +272,7 @@ def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = 
         "display_state": trial_display_state(
             trial.state, alloc.state if alloc else None, is_unmanaged(trial.experiment)
         ),
+        "waiting_for": waiting_for(trial, alloc),
         "hparams": trial.hparams,
         "seed": trial.seed,
         "restarts": trial.restarts,
@@ -292,6 +293,18 @@ def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = 
 
 def is_unmanaged(exp: Experiment) -> bool:
     return bool((exp.config or {}).get("unmanaged"))
+
+
+def waiting_for(trial: Trial, alloc: Allocation | None) -> str | None:
+    """What an ACTIVE trial with no live allocation waits for when it is not queued for a slot:
+    it finished the searcher's operation (an ASHA rung) and is neither closed nor given more
+    work yet, so it waits for the searcher to promote it (it shows QUEUED otherwise). An
+    unmanaged trial waits for nothing: its script runs outside the cluster."""
+    if trial.state != State.ACTIVE or alloc is not None or trial.closing:
+        return None
+    if is_unmanaged(trial.experiment):
+        return None
+    return "promotion" if trial.searcher_completed >= trial.searcher_target else None
 
 
 def trials_of(exp_id: int) -> list[Trial]:

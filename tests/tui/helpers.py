@@ -65,3 +65,10 @@ def sync(fn: Any) -> Any:
         return asyncio.run(fn(*args, **kwargs))
 
     return wrapper
+
+
+def prompt_open(app: DetTUI) -> bool:
+    """Whether the view's prompt line (`:`, `/`, pool, weight, save) is open."""
+    from tui.widgets.commandline import CommandLine
+
+    return any(c.is_open for c in app.screen.query(CommandLine))

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from harness.api import MasterUnreachable
 from tui.data import (
+    EXPERIMENT_ACTIONS,
     Freshness,
     History,
     bar,
     fmt_duration,
     fmt_number,
     job_action_allowed,
+    latest_metric,
     load_style,
+    metrics_text,
     parse_time,
     resample,
     sparkline,
+    summarize,
+    trial_display_state,
 )
 from tui.fake import NOW, FakeClient
-from tui.screens.cluster import slot_rows, summarize
+from tui.screens.cluster import slot_rows
 from tui.screens.experiment import pick_metric
 from tui.widgets.chart import Series, render_chart
 from tui.widgets.header import Summary, header_text
@@ -79,13 +84,12 @@ def test_chart_draws_braille_and_axes() -> None:
 
 
 def test_header_turns_red_when_the_master_is_down() -> None:
-    clock = [NOW]
-    fresh = Freshness(lambda: clock[0])
-    fresh.ok()
+    fresh = Freshness().ok(NOW)
     ok = header_text("queue", "http://m", "alice", Summary(1, 8, 2, 1, 2), fresh, NOW + 1)
     assert "slots 1/8" in ok.plain and "queued 2" in ok.plain and "agents 1/2" in ok.plain
     assert "● 1s ago" in ok.plain
-    fresh.failed("connection refused")
+    fresh = fresh.failed("connection refused", NOW + 2)
+    assert fresh.failed("again", NOW + 5).error_since == NOW + 2
     down = header_text("queue", "http://m", "alice", Summary(), fresh, NOW + 12)
     assert "unreachable" in down.plain
     assert any("red" in str(span.style) for span in down.spans)
@@ -101,9 +105,33 @@ def test_cluster_summary_and_idle_flags() -> None:
         "agents_up": 2,
         "agents_total": 3,
     }
-    rows = {r.key: r for r in slot_rows(api.agents, History())}
+    rows = {r.key: r for r in slot_rows(api.agents, {})}
     assert "IDLE" in rows["gpu-node-00/0"].cells[-1].plain  # allocated, 1% busy
     assert "LOST" in rows["cpu-box/0"].cells[-1].plain
+
+
+def test_metrics_are_numbers_not_json() -> None:
+    latest = {"steps_completed": 400, "validation_loss": 0.231, "accuracy": 0.912, "f1": 0.5}
+    assert latest_metric(latest, "validation_loss") == 0.231
+    assert latest_metric(latest, "loss") == 0.231  # the validation_ prefix either way
+    assert latest_metric(latest, "bleu") is None
+    assert latest_metric(0.5, "loss") == 0.5  # a bare number (older masters) as it is
+    text = metrics_text(latest, "accuracy", others=1)
+    assert text == "accuracy 0.9120 · validation_loss 0.2310 (+1 more) at step 400"
+    assert metrics_text(None, "x") == "-"
+
+
+def test_waiting_trials_say_what_they_wait_for() -> None:
+    t = {"state": "ACTIVE", "display_state": "QUEUED", "waiting_for": "promotion"}
+    assert trial_display_state(t) == "waiting for promotion"
+    assert trial_display_state({**t, "waiting_for": None}) == "QUEUED"
+
+
+def test_experiment_actions_match_the_masters_table() -> None:
+    from master.states import ACTIONS
+
+    for action, states in EXPERIMENT_ACTIONS.items():
+        assert states == {s.value for s in ACTIONS[action]}, action
 
 
 def test_pick_metric() -> None:
@@ -146,3 +174,18 @@ async def test_the_ui_keeps_working_while_the_master_is_down() -> None:
         assert "unreachable" in header.text.plain
         await pilot.press("j", "colon", *"queue", "enter")  # still responds
         await wait_until(pilot, lambda: app.screen.VIEW == "queue")
+
+
+def test_views_never_import_the_app_nor_read_private_attributes() -> None:
+    """Views and widgets talk to the app through messages and reactive attributes only, and
+    nothing in det-tui reads another object's private attributes (Textual's included)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "tui"
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        if path.parent.name in ("screens", "widgets"):
+            assert "tui.app" not in text, path
+        assert not re.search(r"\b(?!self\b)\w+\._[a-z]\w*", text), path
+        assert not re.search(r"getattr\([\w.]+, \"_", text), path

@@ -16,7 +16,7 @@ from tui.screens.logs import LogsScreen
 from tui.widgets.logview import LogView
 from tui.widgets.table import ResourceTable
 
-from .helpers import settle, sync, wait_until
+from .helpers import prompt_open, settle, sync, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SIZE = (140, 40)
@@ -136,6 +136,8 @@ async def test_priority_keys_change_the_masters_queue(cluster: Cluster, tmp_path
             # the job above"
             await wait_until(pilot, lambda: [r.key for r in table.rows] == order, 30, "order")
             await wait_until(pilot, lambda: table.current.key == str(third))
+            # the key is offered (we know who we are, the row is ours) before it is pressed
+            await wait_until(pilot, lambda: app.screen.check_action("move_ahead", ()), 30, "K")
             await pilot.press("K")
             await wait_until(
                 pilot,
@@ -171,7 +173,19 @@ async def test_pause_activate_view_and_logs_keys_against_the_master(
         await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
         await pilot.press("p")  # pause: the master pauses the experiment
         await wait_until(pilot, lambda: state() == "PAUSED", 60, "PAUSED on the master")
-        await wait_until(pilot, lambda: table.current and table.current.key == str(exp))
+        # activate is offered once the view shows the experiment PAUSED (it refreshes right
+        # after the action): only what can be done to the shown state is offered
+        await wait_until(
+            pilot,
+            lambda: (
+                table.current
+                and table.current.key == str(exp)
+                and table.current.data.get("state") == "PAUSED"
+            ),
+            30,
+            "PAUSED in the view",
+        )
+        assert app.screen.check_action("activate", ()) and not app.screen.check_action("pause", ())
         await pilot.press("a")  # activate: it runs again
         await wait_until(pilot, lambda: state() == "ACTIVE", 60, "ACTIVE on the master")
         for key, view in (("1", ClusterScreen), ("2", QueueScreen), ("3", ExperimentsScreen)):
@@ -253,7 +267,6 @@ async def test_queue_and_trial_keys_against_the_master(cluster: Cluster, tmp_pat
 
 @sync
 async def test_logs_keys_against_the_master(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tui.screens.common import Prompt
     from tui.screens.trial import TrialScreen
 
     cfg = make_config(
@@ -296,7 +309,7 @@ async def test_logs_keys_against_the_master(cluster: Cluster, tmp_path) -> None:
             await pilot.press(key)
             await wait_until(pilot, lambda a=attr, b=before: getattr(log, a) != b, 30, key)
         await pilot.press("S")  # save: a prompt with a default file name
-        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "save prompt")
+        await wait_until(pilot, lambda: prompt_open(app), 30, "save prompt")
         await pilot.press(*["backspace"] * 40, *str(saved), "enter")
         await wait_until(pilot, lambda: saved.exists(), 30, "the saved file")
         assert "log line 4 of 4" in saved.read_text()
@@ -369,7 +382,6 @@ resource_pools:
 
 @sync
 async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tui.screens.common import Prompt
 
     cluster = cluster_factory(master_yaml=TWO_POOLS)
     cluster.start_agent("agent-1", slots=1)
@@ -390,7 +402,7 @@ async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tm
         await wait_until(pilot, lambda: str(second) in {r.key for r in table.rows}, 30)
         table.move_to_key(str(second))
         await pilot.press("w")  # weight, on the master
-        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "weight prompt")
+        await wait_until(pilot, lambda: prompt_open(app), 30, "weight prompt")
         await pilot.press(*"2", "enter")
         await wait_until(
             pilot,
@@ -401,7 +413,7 @@ async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tm
         await wait_until(pilot, lambda: table.current is not None, 30)
         table.move_to_key(str(second))
         await pilot.press("P")  # move the job to another pool, on the master
-        await wait_until(pilot, lambda: isinstance(app.screen, Prompt), 30, "pool prompt")
+        await wait_until(pilot, lambda: prompt_open(app), 30, "pool prompt")
         await pilot.press(*"spare", "enter")
         await wait_until(
             pilot, lambda: str(second) in jobs_by_pool().get("spare", {}), 30, "moved to spare"
@@ -413,3 +425,45 @@ async def test_queue_pool_and_weight_keys_against_the_master(cluster_factory, tm
         await wait_until(pilot, lambda: screen.pool == pool, 30, "[: previous pool")
     for exp in (first, second):
         cluster.post(f"/experiments/{exp}/kill")
+
+
+@sync
+async def test_asha_trials_waiting_for_promotion_say_so(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An ASHA trial that finished its rung and waits shows "waiting for promotion", not QUEUED
+    (det-tui's experiment view and trial header, and `det experiment describe`)."""
+    from tests.integration.test_search import asha_config
+    from tui.screens.trial import TrialScreen
+
+    api = client(cluster)
+    exp = int(api.create_experiment(asha_config(cluster, sleep=0.5), model_tar())["id"])
+
+    def waiting() -> int | None:
+        trials = cluster.experiment(exp)["trials"]
+        return next((t["id"] for t in trials if t.get("waiting_for") == "promotion"), None)
+
+    trial = wait_for(waiting, 240, 0.5, what="a trial waiting for promotion")
+    wait_for(
+        lambda: "waiting for promotion" in cluster.det("experiment", "describe", str(exp)).stdout,
+        60,
+        0.5,
+        what="det experiment describe showing the waiting trial",
+    )
+    app = DetTUI(api, start=("exp", exp), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.screen.query_one(ResourceTable)
+        await wait_until(
+            pilot,
+            lambda: any(r.cells[1].plain == "waiting for promotion" for r in table.rows),
+            60,
+            "a row waiting for promotion",
+        )
+        await pilot.press("colon", *f"trial {trial}", "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, TrialScreen), 30, "trial view")
+        info = app.screen.query_one("#trial-info")
+        await wait_until(
+            pilot,
+            lambda: "waiting for promotion" in str(info.render()) or waiting() != trial,
+            60,
+            "the trial header",
+        )
+    cluster.post(f"/experiments/{exp}/kill")

@@ -52,10 +52,19 @@ def test_det_tui_in_tmux(cluster: Cluster, tmp_path) -> None:  # type: ignore[no
     tmux("resize-window", "-t", session, "-x", "140", "-y", "35", check=False)
 
     def dead() -> str | None:
-        """det-tui's exit status once it has exited, else None."""
-        out = tmux("display-message", "-p", "-t", session, "#{pane_dead} #{pane_dead_status}")
-        flag, _, status = out.strip().partition(" ")
-        return status or "?" if flag == "1" else None
+        """det-tui's exit status once it has exited, else None (also while tmux has marked the
+        pane dead but not yet filled in how it ended)."""
+        out = tmux(
+            "display-message",
+            "-p",
+            "-t",
+            session,
+            "#{pane_dead}|#{pane_dead_status}|#{pane_dead_signal}",
+        )
+        flag, status, signal = (out.strip().split("|") + ["", ""])[:3]
+        if flag != "1":
+            return None
+        return status or (f"signal {signal}" if signal else None)
 
     def screen() -> str:
         text = tmux("capture-pane", "-p", "-t", session)
@@ -76,41 +85,42 @@ def test_det_tui_in_tmux(cluster: Cluster, tmp_path) -> None:  # type: ignore[no
             raise AssertionError(f"{text!r} still on the screen:\n{screen()}") from None
 
     def bottom() -> str:
-        # The `:` prompt's input is the bottom line (its placeholder ":" while it is empty).
         lines = [ln.strip() for ln in screen().splitlines() if ln.strip()]
         return lines[-1] if lines else ""
 
-    def at_bottom(pred, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
-        try:
-            wait_for(lambda: pred(bottom()), timeout, 0.2, what=what)
-        except TimeoutError:
-            raise AssertionError(f"{what}: not on the screen:\n{screen()}") from None
-
     def command(text: str) -> None:
-        # Wait for the prompt to open before typing, and for it to close after Enter: on a busy
-        # machine the screen lags the keys; waiting for it keeps the test about behaviour.
-        tmux("send-keys", "-t", session, ":")
-        at_bottom(lambda b: b == ":", "the empty `:` prompt")
-        tmux("send-keys", "-t", session, "-l", text)
-        at_bottom(lambda b: b.startswith(text), f"{text!r} typed in the prompt")
+        # `:` and the command in one burst, as a fast typist (or a loaded machine's lagging
+        # screen) delivers them: nothing waits for the prompt to appear, and no key may be lost.
+        # The caller then waits for the screen the command opens.
+        tmux("send-keys", "-t", session, "-l", f":{text}")
         tmux("send-keys", "-t", session, "Enter")
-        at_bottom(lambda b: not b.startswith((":", text)), "the prompt to close")
+
+    def prompt_closed() -> None:
+        try:
+            wait_for(lambda: not bottom().startswith(":"), 60, 0.2, what="the prompt to close")
+        except TimeoutError:
+            raise AssertionError(f"the prompt stayed open:\n{screen()}") from None
 
     try:
         shows("smoke-exp")
-        out = shows("agents 1/1")
-        assert "detlab" in out and "slots 0/1" in out and "queued 0" in out
+        shows("agents 1/1")
+        shows("slots 0/1", 180)  # the 5-batch experiment has finished and freed its slot
+        out = shows("queued 0")
+        assert "detlab" in out
         command("gpu")
         out = shows("agent-1")
         assert "GPUs and slots" in out
         command(f"exp {exp['id']}")
         shows(f"Experiment {exp['id']}")
+        prompt_closed()
         tmux("send-keys", "-t", session, "?")
         shows("everywhere")
         tmux("send-keys", "-t", session, "Escape")
         gone("everywhere")
         command("queue")
         shows("pools:")
+        tmux("send-keys", "-t", session, "-l", "3")  # the experiments list (a view key)
+        shows("PROGRESS")
         tmux("send-keys", "-t", session, "q")
         assert wait_for(dead, 60, 0.2, what="det-tui to quit") == "0", screen()
     finally:

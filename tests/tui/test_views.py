@@ -6,7 +6,7 @@ import pytest
 
 from tui.app import DetTUI, parse_args
 from tui.fake import FakeClient
-from tui.screens.common import Confirm, Help, Prompt
+from tui.screens.common import Confirm, Help
 from tui.screens.experiment import ExperimentScreen
 from tui.screens.logs import LogsScreen
 from tui.screens.queue import QueueScreen
@@ -15,7 +15,7 @@ from tui.widgets.chart import MetricChart
 from tui.widgets.logview import LogView
 from tui.widgets.table import ResourceTable
 
-from .helpers import fake_app, settle, sync, wait_until
+from .helpers import fake_app, prompt_open, settle, sync, wait_until
 
 SIZE = (140, 40)
 
@@ -65,7 +65,7 @@ async def test_bulk_marks_and_pool_change() -> None:
             what="both updated",
         )
         await pilot.press("P")
-        assert isinstance(app.screen, Prompt)
+        assert prompt_open(app)
         await pilot.press(*"a100", "enter")
         await wait_until(pilot, lambda: set(queue_order(api, "a100")) >= {"2", "3"})
 
@@ -198,9 +198,15 @@ async def test_filter_sort_and_help() -> None:
         await pilot.press("question_mark")
         assert isinstance(app.screen, Help)
         keys = dict(app.screen.keys)
-        assert "Kill" in keys.values() and "Filter" in keys.values()
+        # experiment 6 is bob's and ERROR: nothing may be done to it, so nothing is offered
+        assert "Open" in keys.values() and not {"Kill", "Pause", "Activate"} & set(keys.values())
         await pilot.press("escape")
         assert not isinstance(app.screen, Help)
+        table.move_to_key("3")  # alice's, ACTIVE: pause and kill, not activate
+        await pilot.press("question_mark")
+        keys = dict(app.screen.keys)
+        assert {"Kill", "Pause"} <= set(keys.values()) and "Activate" not in keys.values()
+        await pilot.press("escape")
 
 
 @sync
@@ -229,7 +235,7 @@ async def test_logs_search_errors_and_follow_badge(tmp_path) -> None:  # type: i
         assert log.timestamps and log.wrap
         target = tmp_path / "out.log"
         await pilot.press("S")
-        assert isinstance(app.screen, Prompt)
+        assert prompt_open(app)
         inp = app.screen.query_one("Input")
         inp.value = str(target)
         await pilot.press("enter")
@@ -263,7 +269,10 @@ def test_command_line() -> None:
 
 
 def test_app_is_importable_without_a_master() -> None:
-    assert DetTUI.MODES.keys() == {"cluster", "queue", "experiments", "models"}
+    from tui.app import MODE_SCREENS
+
+    assert MODE_SCREENS.keys() == {"cluster", "queue", "experiments", "models"}
+    assert DetTUI.__name__ == "DetTUI"
 
 
 def test_fake_client_implements_the_api() -> None:
@@ -282,3 +291,46 @@ def test_fake_client_implements_the_api() -> None:
             want = [p.name for p in inspect.signature(declared).parameters.values()]
             got = [p.name for p in inspect.signature(impl).parameters.values()][: len(want)]
             assert got == want, f"{cls.__name__}.{name}{inspect.signature(impl)}"
+
+
+@sync
+async def test_help_lists_each_key_once_and_fits_its_box() -> None:
+    app = fake_app(("queue", None))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, Help))
+        await pilot.pause()
+        lines = [str(s.render()) for s in app.screen.query("Static")]
+        text = "\n".join(lines)
+        assert text.count("ctrl+c") == 1
+        assert "Copy" not in text
+        box = app.screen.query_one("VerticalScroll")
+        width = box.content_region.width
+        assert all(len(line) <= width for line in text.splitlines()), width
+
+
+@sync
+async def test_pause_is_not_offered_on_finished_experiments() -> None:
+    api = FakeClient()
+    api.user["admin"] = True
+    app = fake_app(("exp", 5), api=api)  # COMPLETED
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.experiment is not None)
+        for action in ("pause", "activate", "kill"):
+            assert screen.check_action(action, ()) is False, action
+        await pilot.press("p", "x")
+        await pilot.pause()
+        assert not isinstance(app.screen, Confirm)
+        assert not [c for c in api.calls if c[0] in ("pause", "kill")]
+        footer = " ".join(b.binding.description for b in screen.active_bindings.values())
+        assert "Pause" not in footer or not screen.check_action("pause", ())
+    app = fake_app(("exp", 4), api=api)  # PAUSED: activate, not pause
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        await wait_until(pilot, lambda: screen.experiment is not None)
+        assert screen.check_action("pause", ()) is False
+        assert screen.check_action("activate", ()) is True

@@ -2,27 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.widgets import Static
 
+from tui.context import Context
 from tui.data import (
     JSON,
-    History,
+    ClusterData,
     bar,
     fmt_age,
     fmt_mb,
     load_style,
+    slot_key,
     sparkline,
     styled_state,
 )
 from tui.screens.common import ViewScreen
-from tui.widgets.table import Column, ResourceTable, Row
+from tui.widgets.table import Column, ResourceTable, Row, column_widths
 
 IDLE_UTIL = 5.0  # an allocated GPU below this utilisation is flagged idle
+
+
+def util_text(util: float | None, host: bool) -> Text:
+    """A utilisation bar; a CPU slot's figure is the whole host's load (other processes too),
+    so it says `host` rather than pass for the trial's own use."""
+    if not host:
+        return bar(util, 10)
+    return Text("host ", "dim") + bar(util, 5)
+
 
 AGENT_COLUMNS = [
     Column("id", "AGENT", max_width=24),
@@ -48,34 +61,19 @@ SLOT_COLUMNS = [
 ]
 
 
-def summarize(agents: list[JSON], pools: list[JSON] | None) -> dict[str, int | None]:
-    """Header figures: slots used/total (ACTIVE agents), queued jobs, agents up."""
-    active = [a for a in agents if a.get("state") == "ACTIVE"]
-    slots = [s for a in active for s in a.get("slots", []) if s.get("enabled", True)]
-    queued = None
-    if pools is not None:
-        queued = sum(1 for p in pools for j in p.get("jobs", []) if j.get("state") == "QUEUED")
-    return {
-        "slots_used": sum(1 for s in slots if s.get("allocation_id")),
-        "slots_total": len(slots),
-        "queued": queued,
-        "agents_up": len(active),
-        "agents_total": len(agents),
-    }
-
-
 def agent_rows(agents: list[JSON], now: float) -> list[Row]:
     rows = []
     for a in agents:
         slots = a.get("slots", [])
         used = sum(1 for s in slots if s.get("allocation_id"))
-        utils = [
-            (s.get("stats") or {}).get("util_percent")
+        utils: list[float] = [
+            float((s.get("stats") or {})["util_percent"])
             for s in slots
             if (s.get("stats") or {}).get("util_percent") is not None
         ]
         avg = sum(utils) / len(utils) if utils else None
         state = a.get("state", "?")
+        host = bool(slots) and all(s.get("type") == "cpu" for s in slots)
         rows.append(
             Row(
                 a["id"],
@@ -86,7 +84,7 @@ def agent_rows(agents: list[JSON], now: float) -> list[Row]:
                     a.get("hostname") or "-",
                     a.get("runtime") or "-",
                     f"{used}/{len(slots)}",
-                    bar(avg if state == "ACTIVE" else None, 10),
+                    util_text(avg if state == "ACTIVE" else None, host),
                     fmt_age(a.get("last_seen"), now),
                 ],
                 sort=[None, None, None, None, None, used, avg or 0, None],
@@ -96,17 +94,15 @@ def agent_rows(agents: list[JSON], now: float) -> list[Row]:
     return rows
 
 
-def slot_key(agent: JSON, slot: JSON) -> str:
-    return f"{agent['id']}/{slot.get('index')}"
-
-
-def slot_rows(agents: list[JSON], history: History) -> list[Row]:
+def slot_rows(agents: list[JSON], history: Mapping[str, Sequence[float]]) -> list[Row]:
+    """One row per slot; `history` maps `slot_key` to recent utilisation (sparklines)."""
     rows = []
     for a in agents:
         alive = a.get("state") == "ACTIVE"
         for s in a.get("slots", []):
             st = s.get("stats") or {}
             util = st.get("util_percent")
+            cpu = s.get("type") == "cpu"
             key = slot_key(a, s)
             mem_used, mem_total = st.get("memory_used_mb"), s.get("memory_mb")
             mem_pct = 100.0 * mem_used / mem_total if mem_used is not None and mem_total else None
@@ -120,9 +116,11 @@ def slot_rows(agents: list[JSON], history: History) -> list[Row]:
                 flag = Text(a.get("state", "?"), "bold red")
             elif not s.get("enabled", True):
                 flag = Text("DISABLED", "yellow")
+            elif cpu:
+                flag = Text("host load", "dim")
             elif trial is not None and util is not None and util < IDLE_UTIL:
                 flag = Text("⚠ IDLE", "bold yellow")
-            hist = history.get(key)
+            hist = list(history.get(key) or ())
             spark = Text(sparkline(hist, 20), load_style(hist[-1] if hist else None))
             rows.append(
                 Row(
@@ -131,7 +129,7 @@ def slot_rows(agents: list[JSON], history: History) -> list[Row]:
                         a["id"],
                         str(s.get("index", "")),
                         s.get("name") or s.get("type", "?"),
-                        bar(util if alive else None, 10),
+                        util_text(util if alive else None, cpu),
                         spark,
                         mem,
                         "-" if temp is None else Text(f"{temp:.0f}°C", _temp_style(temp)),
@@ -188,9 +186,25 @@ class ClusterScreen(ViewScreen):
         Binding("l", "logs", "Logs"),
     ]
 
-    def __init__(self, focus: str = "slots") -> None:
-        super().__init__()
-        self.focus_table = focus
+    class Rows(Message):
+        """Rows built from one `ClusterData` (in a worker)."""
+
+        def __init__(
+            self, agents: list[Row], slots: list[Row], elastic: Text | None, title: Text
+        ) -> None:
+            super().__init__()
+            self.agents = agents
+            self.slots = slots
+            self.elastic = elastic
+            self.title = title
+            # measured here, in the worker
+            self.agent_widths = column_widths(AGENT_COLUMNS, agents)
+            self.slot_widths = column_widths(SLOT_COLUMNS, slots)
+
+    def __init__(self, ctx: Context, focus: str = "slots") -> None:
+        super().__init__(ctx)
+        self.focus_on = focus
+        self.data: ClusterData | None = None
 
     def body(self) -> ComposeResult:
         yield Static(id="cluster-title", classes="section")
@@ -203,33 +217,66 @@ class ClusterScreen(ViewScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one(f"#{self.focus_table}", ResourceTable).focus()
-        self.on_cluster_data()
+        self.focus_table(self.focus_on)
+        self.watch(self.app, "cluster", self.show_cluster)
 
-    def on_cluster_data(self) -> None:
-        """The app's cluster poller delivered (rows were built in its worker thread)."""
-        data = self.dapp.cluster
-        if data is None:
-            return
-        self.query_one("#agents", ResourceTable).set_rows(data.agent_rows)
-        self.query_one("#slots", ResourceTable).set_rows(data.slot_rows)
-        elastic = self.query_one("#elastic", Static)
-        elastic.display = bool(data.elastic)
-        if data.elastic:
-            elastic.update(elastic_text(data.elastic, self.dapp.clock()))
+    def focus_table(self, which: str) -> None:
+        """Focus the agents or the slots table (now, or once mounted)."""
+        self.focus_on = which
+        for table in self.query(f"#{which}").results(ResourceTable):
+            table.focus()
+
+    def show_cluster(self, data: ClusterData | None) -> None:
+        """The app's data changed (a reactive attribute this view watches)."""
+        self.data = data
+        self.refresh_data(now=True)
+
+    def refresh_data(self, now: bool = False) -> None:
+        data = self.data
+        if data is not None:
+            self.fetch_in_background("rows", lambda: self.build(data), now=now)
+
+    def build(self, data: ClusterData) -> ClusterScreen.Rows:
+        now = self.ctx.clock()
         s = data.summary
-        self.query_one("#cluster-title", Static).update(
-            Text.assemble(
-                (" Agents ", "bold"),
-                f"{s['agents_up']}/{s['agents_total']} up   ",
-                ("slots ", ""),
-                f"{s['slots_used']}/{s['slots_total']} in use",
-            )
+        title = Text.assemble(
+            (" Agents ", "bold"),
+            f"{s['agents_up']}/{s['agents_total']} up   ",
+            ("slots ", ""),
+            f"{s['slots_used']}/{s['slots_total']} in use",
+        )
+        return self.Rows(
+            agent_rows(data.agents, now),
+            slot_rows(data.agents, data.history),
+            elastic_text(data.elastic, now) if data.elastic else None,
+            title,
         )
 
+    def on_cluster_screen_rows(self, message: ClusterScreen.Rows) -> None:
+        self.query_one("#agents", ResourceTable).set_rows(
+            message.agents, widths=message.agent_widths
+        )
+        self.query_one("#slots", ResourceTable).set_rows(message.slots, widths=message.slot_widths)
+        elastic = self.query_one("#elastic", Static)
+        elastic.display = message.elastic is not None
+        if message.elastic is not None:
+            elastic.update(message.elastic)
+        self.query_one("#cluster-title", Static).update(message.title)
+
+    ROW_ACTIONS = frozenset({"logs", "open_trial"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.ROW_ACTIONS:
+            return self._trial() is not None  # only a slot with a trial on it has logs
+        return super().check_action(action, parameters)
+
+    def on_descendant_focus(self) -> None:
+        self.maybe_refresh_bindings()  # Tab between the tables: Logs comes and goes
+
     def _trial(self) -> Any:
-        table = self.query_one("#slots", ResourceTable)
-        if self.focused is not table or table.current is None:
+        """The trial on the highlighted slot (when the slots table has the focus)."""
+        table = self.focused
+        if not isinstance(table, ResourceTable) or table.id != "slots" or table.current is None:
             return None
         return table.current.data["slot"].get("trial_id")
 
@@ -243,11 +290,11 @@ class ClusterScreen(ViewScreen):
     def action_open_trial(self) -> None:
         trial = self._trial()
         if trial is not None:
-            self.dapp.open_view("trial", trial)
+            self.open_view("trial", trial)
 
     def action_logs(self) -> None:
         trial = self._trial()
         if trial is not None:
-            self.dapp.open_view("logs", trial)
+            self.open_view("logs", trial)
         else:
-            self.dapp.toast("no trial on this slot")
+            self.toast("no trial on this slot")

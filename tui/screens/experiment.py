@@ -7,28 +7,30 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.widgets import Static
 
 from harness.api import NotFound
+from tui.context import Context
 from tui.data import (
     JSON,
     fmt_age,
     fmt_number,
-    job_action_allowed,
+    latest_metric,
     progress_text,
     sparkline,
     styled_state,
     trial_display_state,
 )
-from tui.screens.common import MUTATING, Confirm, ViewScreen
-from tui.widgets.table import Column, ResourceTable, Row
+from tui.screens.common import EXPERIMENT_VERBS, Confirm, ViewScreen
+from tui.widgets.table import Column, ResourceTable, Row, column_widths
 
 SPARK_TRIALS = 50  # sparklines for at most this many trials (one small request each)
 SPARK_POINTS = 16
 
 COLUMNS = [
     Column("id", "TRIAL", width=6, justify="right"),
-    Column("state", "STATE", width=10),
+    Column("state", "STATE", width=21),  # "waiting for promotion" (ASHA)
     Column("steps", "STEPS", width=7, justify="right"),
     Column("progress", "PROGRESS", width=13),
     Column("best", "BEST VAL", width=9, justify="right"),
@@ -53,7 +55,8 @@ def hparams_text(hp: Any, limit: int = 200) -> str:
     return " ".join(parts)[:limit]
 
 
-def trial_rows(trials: list[JSON], sparks: dict[int, str]) -> list[Row]:
+def trial_rows(trials: list[JSON], sparks: dict[int, str], metric: str | None = None) -> list[Row]:
+    """The experiment's trials; LATEST is the searcher `metric` of the latest validation."""
     rows = []
     for t in trials:
         rows.append(
@@ -65,7 +68,7 @@ def trial_rows(trials: list[JSON], sparks: dict[int, str]) -> list[Row]:
                     str(t.get("steps_completed", 0)),
                     progress_text(t.get("progress")),
                     fmt_number(t.get("best_validation")),
-                    fmt_number(t.get("latest_validation")),
+                    fmt_number(latest_metric(t.get("latest_validation"), metric)),
                     Text(sparks.get(t["id"], ""), "cyan"),
                     str(t.get("restarts", 0)),
                     t.get("agent_id") or "",
@@ -77,7 +80,7 @@ def trial_rows(trials: list[JSON], sparks: dict[int, str]) -> list[Row]:
                     t.get("steps_completed") or 0,
                     t.get("progress") or 0,
                     _num(t.get("best_validation")),
-                    _num(t.get("latest_validation")),
+                    _num(latest_metric(t.get("latest_validation"), metric)),
                     None,
                     t.get("restarts") or 0,
                     None,
@@ -115,6 +118,7 @@ def experiment_info(e: JSON, now: float) -> Text:
 
 class ExperimentScreen(ViewScreen):
     VIEW = "experiment"
+    REFRESH_S = 3.0
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Trial", show=False),
         Binding("l", "logs", "Logs"),
@@ -123,10 +127,18 @@ class ExperimentScreen(ViewScreen):
         Binding("x,ctrl+k", "kill", "Kill"),
     ]
 
-    def __init__(self, exp_id: int) -> None:
-        super().__init__()
+    class Loaded(Message):
+        def __init__(self, experiment: JSON, rows: list[Row]) -> None:
+            super().__init__()
+            self.experiment = experiment
+            self.rows = rows
+            self.widths = column_widths(COLUMNS, rows)  # measured here, in the worker
+
+    def __init__(self, ctx: Context, exp_id: int) -> None:
+        super().__init__(ctx)
         self.exp_id = int(exp_id)
         self.experiment: JSON | None = None
+        # sparklines: touched by the fetch worker only (one at a time per group)
         self.sparks: dict[int, str] = {}
         self._spark_steps: dict[int, int] = {}
         self.spark_metric: tuple[str, str] | None = None
@@ -141,24 +153,28 @@ class ExperimentScreen(ViewScreen):
         yield ResourceTable(COLUMNS, id="trials", empty="no trials yet", markable=False)
 
     def on_mount(self) -> None:
-        self.poll("describe", self.fetch, self.apply, interval=3.0)
+        shown = self.ctx.shown.get(("exp", self.exp_id))
+        if shown is not None:
+            self.on_experiment_screen_loaded(shown)  # what it showed last time, at once
         super().on_mount()
         self.query_one(ResourceTable).focus()
 
     # ---- data (worker thread) ---------------------------------------------------------------
-    def fetch(self) -> tuple[JSON, list[Row]]:
-        api = self.dapp.api
-        body = api.describe_experiment(self.exp_id)
+    def refresh_data(self, now: bool = False) -> None:
+        self.fetch_in_background("describe", self.fetch, now=now)
+
+    def fetch(self) -> ExperimentScreen.Loaded:
+        body = self.ctx.api.describe_experiment(self.exp_id)
         exp, trials = body["experiment"], body.get("trials", [])
         if self.series_available:
             try:
                 self._fetch_sparks(exp, trials)
             except NotFound:
                 self.series_available = False
-        return exp, trial_rows(trials, self.sparks)
+        return self.Loaded(exp, trial_rows(trials, self.sparks, exp.get("searcher_metric")))
 
     def _fetch_sparks(self, exp: JSON, trials: list[JSON]) -> None:
-        api = self.dapp.api
+        api = self.ctx.api
         with_steps = [t for t in trials if t.get("steps_completed")][:SPARK_TRIALS]
         if not with_steps:
             return
@@ -177,11 +193,13 @@ class ExperimentScreen(ViewScreen):
             self.sparks[t["id"]] = sparkline(values, SPARK_POINTS)
             self._spark_steps[t["id"]] = steps
 
-    def apply(self, result: tuple[JSON, list[Row]]) -> None:
-        exp, rows = result
-        self.experiment = exp
-        self.query_one("#exp-info", Static).update(experiment_info(exp, self.dapp.clock()))
-        self.query_one(ResourceTable).set_rows(rows)
+    def on_experiment_screen_loaded(self, message: ExperimentScreen.Loaded) -> None:
+        self.ctx.remember(("exp", self.exp_id), message)
+        self.experiment = message.experiment
+        self.query_one("#exp-info", Static).update(
+            experiment_info(message.experiment, self.ctx.clock())
+        )
+        self.query_one(ResourceTable).set_rows(message.rows, widths=message.widths)
         self.maybe_refresh_bindings()
 
     def not_found(self, error: NotFound) -> None:
@@ -194,15 +212,16 @@ class ExperimentScreen(ViewScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not super().check_action(action, parameters):
             return False
-        if action in MUTATING:
-            return self.experiment is not None and job_action_allowed(
-                self.experiment.get("owner"), self.dapp.user
+        if action in EXPERIMENT_VERBS:
+            e = self.experiment
+            return e is not None and self.experiments_allowed(
+                action, [(e.get("state"), e.get("owner"))]
             )
         return True
 
     def on_resource_table_selected(self, message: ResourceTable.Selected) -> None:
         if message.row is not None:
-            self.dapp.open_view("trial", int(message.row.data["id"]))
+            self.open_view("trial", int(message.row.data["id"]))
 
     def action_open(self) -> None:
         self.query_one(ResourceTable).action_select()
@@ -210,18 +229,18 @@ class ExperimentScreen(ViewScreen):
     def action_logs(self) -> None:
         row = self.query_one(ResourceTable).current
         if row is not None:
-            self.dapp.open_view("logs", int(row.data["id"]))
+            self.open_view("logs", int(row.data["id"]))
 
     def action_pause(self) -> None:
-        self.dapp.experiment_action("pause", [self.exp_id], poke=self)
+        self.experiment_action("pause", [self.exp_id])
 
     def action_activate(self) -> None:
-        self.dapp.experiment_action("activate", [self.exp_id], poke=self)
+        self.experiment_action("activate", [self.exp_id])
 
     def action_kill(self) -> None:
         def done(yes: bool | None) -> None:
             if yes:
-                self.dapp.experiment_action("kill", [self.exp_id], poke=self)
+                self.experiment_action("kill", [self.exp_id])
 
         self.app.push_screen(
             Confirm(f"Kill experiment {self.exp_id}? Its trials are stopped now."), done

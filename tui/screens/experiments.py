@@ -6,10 +6,11 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 
-from tui.data import JSON, fmt_age, fmt_number, job_action_allowed, progress_text, styled_state
-from tui.screens.common import MUTATING, Confirm, ViewScreen
-from tui.widgets.table import Column, ResourceTable, Row
+from tui.data import JSON, fmt_age, fmt_number, progress_text, styled_state
+from tui.screens.common import EXPERIMENT_VERBS, Confirm, ViewScreen
+from tui.widgets.table import Column, ResourceTable, Row, column_widths
 
 LIMIT = 500
 
@@ -68,6 +69,7 @@ def experiment_rows(exps: list[JSON], now: float) -> list[Row]:
 
 class ExperimentsScreen(ViewScreen):
     VIEW = "experiments"
+    REFRESH_S = 3.0
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", show=False),
         Binding("p", "pause", "Pause"),
@@ -76,29 +78,42 @@ class ExperimentsScreen(ViewScreen):
         Binding("l", "logs", "Logs"),
     ]
 
+    class Rows(Message):
+        def __init__(self, rows: list[Row]) -> None:
+            super().__init__()
+            self.rows = rows
+            self.widths = column_widths(COLUMNS, rows)  # measured here, in the worker
+
     def body(self) -> ComposeResult:
         yield ResourceTable(COLUMNS, id="experiments", empty="no experiments yet")
 
     def on_mount(self) -> None:
-        self.poll("list", self.fetch, self.apply, interval=3.0)
         super().on_mount()
         self.query_one(ResourceTable).focus()
 
-    def fetch(self) -> list[Row]:
-        exps, _total = self.dapp.api.list_experiments(limit=LIMIT)
-        return experiment_rows(exps, self.dapp.clock())
+    def refresh_data(self, now: bool = False) -> None:
+        self.fetch_in_background("list", self.fetch, now=now)
 
-    def apply(self, rows: list[Row]) -> None:
-        self.query_one(ResourceTable).set_rows(rows)
+    def fetch(self) -> ExperimentsScreen.Rows:
+        exps, _total = self.ctx.api.list_experiments(limit=LIMIT)
+        return self.Rows(experiment_rows(exps, self.ctx.clock()))
+
+    def on_experiments_screen_rows(self, message: ExperimentsScreen.Rows) -> None:
+        self.query_one(ResourceTable).set_rows(message.rows, widths=message.widths)
         self.maybe_refresh_bindings()
+
+    ROW_ACTIONS = frozenset({"logs"})
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not super().check_action(action, parameters):
             return False
-        if action in MUTATING:
+        if action == "logs":  # an experiment without trials has no logs yet
             rows = self.query_one(ResourceTable).selection()
-            return bool(rows) and all(
-                job_action_allowed(r.data.get("owner"), self.dapp.user) for r in rows
+            return bool(rows) and bool(rows[0].data.get("num_trials"))
+        if action in EXPERIMENT_VERBS:
+            rows = self.query_one(ResourceTable).selection()
+            return self.experiments_allowed(
+                action, [(r.data.get("state"), r.data.get("owner")) for r in rows]
             )
         return True
 
@@ -107,16 +122,16 @@ class ExperimentsScreen(ViewScreen):
 
     def on_resource_table_selected(self, message: ResourceTable.Selected) -> None:
         if message.row is not None:
-            self.dapp.open_view("exp", int(message.row.data["id"]))
+            self.open_view("exp", int(message.row.data["id"]))
 
     def action_open(self) -> None:
         self.query_one(ResourceTable).action_select()
 
     def action_pause(self) -> None:
-        self.dapp.experiment_action("pause", self._ids(), poke=self)
+        self.experiment_action("pause", self._ids())
 
     def action_activate(self) -> None:
-        self.dapp.experiment_action("activate", self._ids(), poke=self)
+        self.experiment_action("activate", self._ids())
 
     def action_kill(self) -> None:
         ids = self._ids()
@@ -126,7 +141,7 @@ class ExperimentsScreen(ViewScreen):
         def done(yes: bool | None) -> None:
             if yes:
                 self.query_one(ResourceTable).clear_marks()
-                self.dapp.experiment_action("kill", ids, poke=self)
+                self.experiment_action("kill", ids)
 
         self.app.push_screen(
             Confirm(
@@ -138,4 +153,4 @@ class ExperimentsScreen(ViewScreen):
     def action_logs(self) -> None:
         ids = self._ids()
         if ids:
-            self.dapp.open_experiment_logs(ids[0])
+            self.open_experiment_logs(ids[0])

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.widgets import Static
+from textual.worker import get_current_worker
 
 from harness.api import MasterUnreachable, NotFound
-from tui.data import app_alive
-from tui.screens.common import Prompt, ViewScreen
+from tui.context import Context
+from tui.messages import MasterStatus
+from tui.screens.common import ViewScreen
 from tui.widgets.logview import LogLine, LogView
 
 PAGE = 1000
@@ -23,7 +27,7 @@ PAGE = 1000
 class LogsScreen(ViewScreen):
     VIEW = "logs"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("slash", "search", "Search"),
+        Binding("slash", "search", "Search", priority=True),  # see ViewScreen's `/`
         Binding("ampersand", "toggle_filter", "Filter"),
         Binding("n", "find(1)", "Next", show=False),
         Binding("N", "find(-1)", "Prev", show=False),
@@ -36,12 +40,25 @@ class LogsScreen(ViewScreen):
         Binding("o", "trial", "Trial", show=False),
     ]
 
-    def __init__(self, trial_id: int) -> None:
-        super().__init__()
+    class Lines(Message):
+        def __init__(self, lines: list[LogLine]) -> None:
+            super().__init__()
+            self.lines = lines
+
+    class Ended(Message):
+        """The trial ended and every line is here."""
+
+    class Failed(Message):
+        def __init__(self, error: str) -> None:
+            super().__init__()
+            self.error = error
+
+    def __init__(self, ctx: Context, trial_id: int) -> None:
+        super().__init__(ctx)
         self.trial_id = int(trial_id)
         self.done = False
         self.error: str | None = None
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # wakes the follower's waits when the view closes
 
     @property
     def title_text(self) -> str:
@@ -53,49 +70,46 @@ class LogsScreen(ViewScreen):
 
     def body(self) -> ComposeResult:
         yield Static(id="log-status", classes="section")
-        yield LogView(max_lines=self.dapp.max_log_lines, id="log")
+        yield LogView(max_lines=self.ctx.max_log_lines, id="log")
 
     def on_mount(self) -> None:
         super().on_mount()
         self.logview.focus()
         self.update_status()
-        threading.Thread(target=self._follow, name=f"logs:{self.trial_id}", daemon=True).start()
+        self.follow()
 
     def on_unmount(self) -> None:
-        super().on_unmount()
         self._stop.set()
 
-    # ---- the follower (worker thread) -------------------------------------------------------
-    def _deliver(self, fn: Any, *args: Any) -> bool:
-        if self._stop.is_set() or not app_alive(self.dapp):
-            self._stop.set()
-            return False
-        try:
-            self.dapp.call_from_thread(fn, *args)
-        except BaseException:  # noqa: BLE001 - the app is shutting down
-            self._stop.set()
-            return False
-        return True
+    # ---- the follower (a thread worker, cancelled with the view) --------------------------------
+    @work(thread=True, exclusive=True, group="follow", exit_on_error=False)
+    def follow(self) -> None:
+        worker = get_current_worker()
+        api = self.ctx.api
 
-    def _follow(self) -> None:
-        api = self.dapp.api
+        def gone() -> bool:
+            return worker.is_cancelled or self._stop.is_set()
+
         after, follow = 0, False
-        while not self._stop.is_set():
+        while not gone():
             try:
                 page = api.trial_logs(
                     self.trial_id, after=after, limit=PAGE, follow=follow, timeout=5.0
                 )
             except MasterUnreachable as e:
-                self._deliver(self.dapp.freshness_failed, str(e))
+                self.post_message(MasterStatus(str(e)))
                 self._stop.wait(1.0)
                 continue
             except NotFound as e:
-                self._deliver(self._failed, str(e))
+                self.post_message(self.Failed(str(e)))
                 return
             except Exception as e:  # noqa: BLE001 - shown, then retried
-                self._deliver(self._failed, str(e))
+                self.post_message(self.Failed(str(e)))
                 self._stop.wait(2.0)
                 continue
+            if gone():
+                return
+            self.post_message(MasterStatus(None))
             logs = page.get("logs") or []
             if logs:
                 after = int(logs[-1].get("seq", after))
@@ -108,27 +122,25 @@ class LogsScreen(ViewScreen):
                     )
                     for x in logs
                 ]
-                if not self._deliver(self._append, lines):
-                    return
+                self.post_message(self.Lines(lines))
             if page.get("done") and not logs:
-                self._deliver(self._finished)
+                self.post_message(self.Ended())
                 return
             follow = len(logs) < PAGE  # catch up first, then long-poll
             if follow and not logs:
                 self._stop.wait(0.2)  # masters that answer a follow at once (fakes, old ones)
 
-    def _append(self, lines: list[LogLine]) -> None:
-        self.dapp.freshness_ok()
+    def on_logs_screen_lines(self, message: LogsScreen.Lines) -> None:
         self.error = None
-        self.logview.append(lines)
+        self.logview.append(message.lines)
         self.update_status()
 
-    def _finished(self) -> None:
+    def on_logs_screen_ended(self, message: LogsScreen.Ended) -> None:
         self.done = True
         self.update_status()
 
-    def _failed(self, message: str) -> None:
-        self.error = message
+    def on_logs_screen_failed(self, message: LogsScreen.Failed) -> None:
+        self.error = message.error
         self.update_status()
 
     # ---- status line --------------------------------------------------------------------------
@@ -169,24 +181,24 @@ class LogsScreen(ViewScreen):
                     log.find(1)
             self.update_status()
 
-        self.app.push_screen(Prompt("/", log.search, hint="search (n / N next, & filter)"), done)
+        self.ask("/", log.search, hint="search (n / N next, & filter)", on_submit=done)
 
     def action_toggle_filter(self) -> None:
         log = self.logview
         if not log.search:
-            self.dapp.toast("search first (/), then & shows only matching lines")
+            self.toast("search first (/), then & shows only matching lines")
             return
         log.set_search(log.search, only_matching=not log.only_matching)
         self.update_status()
 
     def action_find(self, direction: int) -> None:
         if self.logview.search and not self.logview.find(direction):
-            self.dapp.toast(f"no more matches for “{self.logview.search}”")
+            self.toast(f"no more matches for “{self.logview.search}”")
         self.update_status()
 
     def action_error(self, direction: int) -> None:
         if not self.logview.find(direction, errors=True):
-            self.dapp.toast("no more errors")
+            self.toast("no more errors")
         self.update_status()
 
     def action_follow(self) -> None:
@@ -211,14 +223,14 @@ class LogsScreen(ViewScreen):
             try:
                 n = self.logview.save(path)
             except OSError as e:
-                self.dapp.toast(f"cannot save to {path}: {e}", error=True)
+                self.toast(f"cannot save to {path}: {e}", error=True)
                 return
-            self.dapp.toast(f"saved {n} lines to {path}")
+            self.toast(f"saved {n} lines to {path}")
 
-        self.app.push_screen(Prompt("save to", default, hint="save the log to a file"), done)
+        self.ask("save to", default, hint="save the log to a file", on_submit=done)
 
     def action_trial(self) -> None:
-        self.dapp.open_view("trial", self.trial_id)
+        self.open_view("trial", self.trial_id)
 
     def action_back(self) -> None:
         log = self.logview

@@ -7,6 +7,7 @@ import json
 from typing import Any, ClassVar
 
 from textual.app import ComposeResult
+from textual.message import Message
 
 from tui.data import JSON, fmt_age
 from tui.screens.common import ViewScreen
@@ -90,15 +91,25 @@ def version_rows(versions: list[JSON], now: float) -> list[Row]:
 
 class ModelsScreen(ViewScreen):
     VIEW = "models"
+    REFRESH_S = 5.0
     DEFAULT_CSS = """
     ModelsScreen #models { height: 1fr; }
     ModelsScreen #model-versions { height: 2fr; border-top: solid $primary-darken-2; }
     """
     BINDINGS: ClassVar[list] = []
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.selected: str | None = None
+    class Models(Message):
+        def __init__(self, rows: list[Row]) -> None:
+            super().__init__()
+            self.rows = rows
+
+    class Versions(Message):
+        def __init__(self, name: str | None, rows: list[Row]) -> None:
+            super().__init__()
+            self.name = name
+            self.rows = rows
+
+    selected: str | None = None
 
     def body(self) -> ComposeResult:
         yield ResourceTable(MODEL_COLUMNS, id="models", empty="no models yet (det model create)")
@@ -107,41 +118,44 @@ class ModelsScreen(ViewScreen):
         )
 
     def on_mount(self) -> None:
-        self.poll("list", self.fetch_models, self.apply_models, interval=5.0)
-        self.versions_poller = self.poll(
-            "versions", self.fetch_versions, self.apply_versions, interval=5.0
-        )
         super().on_mount()
         self.query_one("#models", ResourceTable).focus()
 
-    def fetch_models(self) -> list[Row]:
-        return model_rows(self.dapp.api.list_models(), self.dapp.clock())
+    def refresh_data(self, now: bool = False) -> None:
+        self.fetch_in_background("models", self.fetch_models, now=now)
+        self.refresh_versions(now=now)
 
-    def apply_models(self, rows: list[Row]) -> None:
+    def refresh_versions(self, now: bool = False) -> None:
+        name = self.selected
+        self.fetch_in_background("versions", lambda: self.fetch_versions(name), now=now)
+
+    def fetch_models(self) -> ModelsScreen.Models:
+        return self.Models(model_rows(self.ctx.api.list_models(), self.ctx.clock()))
+
+    def fetch_versions(self, name: str | None) -> ModelsScreen.Versions:
+        if name is None:
+            return self.Versions(None, [])
+        return self.Versions(
+            name, version_rows(self.ctx.api.list_model_versions(name), self.ctx.clock())
+        )
+
+    def on_models_screen_models(self, message: ModelsScreen.Models) -> None:
         table = self.query_one("#models", ResourceTable)
-        table.set_rows(rows)
+        table.set_rows(message.rows)
         current = table.current
-        name = current.key if current is not None else None
+        self._select(current.key if current is not None else None)
+
+    def on_models_screen_versions(self, message: ModelsScreen.Versions) -> None:
+        if message.name != self.selected:
+            return  # the cursor moved on meanwhile
+        self.query_one("#model-versions", ResourceTable).set_rows(message.rows)
+
+    def _select(self, name: str | None) -> None:
         if name != self.selected:
             self.selected = name
-            self.versions_poller.poke()
-
-    def fetch_versions(self) -> tuple[str | None, list[Row]]:
-        name = self.selected
-        if name is None:
-            return None, []
-        return name, version_rows(self.dapp.api.list_model_versions(name), self.dapp.clock())
-
-    def apply_versions(self, result: tuple[str | None, list[Row]]) -> None:
-        name, rows = result
-        if name != self.selected:
-            return  # the cursor moved on meanwhile
-        self.query_one("#model-versions", ResourceTable).set_rows(rows)
+            self.refresh_versions(now=True)
 
     def on_resource_table_highlighted(self, message: ResourceTable.Highlighted) -> None:
         super().on_resource_table_highlighted(message)
-        if message.control.id != "models" or message.row is None:
-            return
-        if message.row.key != self.selected:
-            self.selected = message.row.key
-            self.versions_poller.poke()
+        if message.control.id == "models" and message.row is not None:
+            self._select(message.row.key)

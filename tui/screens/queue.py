@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.widgets import Static
 
-from tui.data import JSON, fmt_age, job_action_allowed, styled_state
-from tui.screens.common import MUTATING, Confirm, Prompt, ViewScreen
-from tui.widgets.table import Column, ResourceTable, Row, RowCache
+from tui.context import Context
+from tui.data import JSON, ClusterData, fmt_age, job_action_allowed, styled_state
+from tui.screens.common import EXPERIMENT_VERBS, MUTATING, Confirm, ViewScreen
+from tui.widgets.table import Column, ResourceTable, Row, RowCache, column_widths
 
 NOT_AVAILABLE = "the job queue is not available on this master (GET /job-queues: 404)"
 
@@ -135,10 +139,24 @@ class QueueScreen(ViewScreen):
         Binding("l", "logs", "Logs"),
     ]
 
-    def __init__(self) -> None:
-        super().__init__()
+    class Rows(Message):
+        """One pool's rows and column widths (built in a worker)."""
+
+        def __init__(self, pool: str | None, rows: list[Row], widths: list[int]) -> None:
+            super().__init__()
+            self.pool = pool
+            self.rows = rows
+            self.widths = widths
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
         self.pool: str | None = None
         self.available: bool | None = None
+        self.data: ClusterData | None = None
+        self.apply_seconds: list[float] = []  # UI-thread time per refresh (benchmark)
+        self.build_seconds: list[float] = []  # worker time building rows per refresh (benchmark)
+        self._caches: dict[str, RowCache] = {}
+        self._build_lock = threading.Lock()  # one RowCache user at a time
 
     def body(self) -> ComposeResult:
         yield Static(id="pools", classes="section")
@@ -147,16 +165,17 @@ class QueueScreen(ViewScreen):
     def on_mount(self) -> None:
         super().on_mount()
         self.query_one(ResourceTable).focus()
-        self.on_cluster_data()
+        self.watch(self.app, "cluster", self.show_cluster)
 
     @property
     def table(self) -> ResourceTable:
         return self.query_one("#jobs", ResourceTable)
 
-    def on_cluster_data(self) -> None:
-        data = self.dapp.cluster
+    def show_cluster(self, data: ClusterData | None) -> None:
+        """The app's data changed (a reactive attribute this view watches)."""
         if data is None:
             return
+        self.data = data
         if data.pools is None:
             self.available = False
             self.query_one("#pools", Static).update(Text(" job queue", "bold"))
@@ -169,9 +188,31 @@ class QueueScreen(ViewScreen):
             busiest = max(data.pools, key=lambda p: len(p.get("jobs", [])), default=None)
             self.pool = busiest["name"] if busiest else None
         self.query_one("#pools", Static).update(pool_line(data.pools, self.pool))
-        pool = self.pool or ""
-        self.table.set_rows(data.queue_rows.get(pool, []), widths=data.queue_widths.get(pool))
+        self.refresh_data(now=True)
+
+    def refresh_data(self, now: bool = False) -> None:
+        data, pool = self.data, self.pool
+        if data is not None and data.pools is not None:
+            self.fetch_in_background("rows", lambda: self.build(data, pool), now=now)
+
+    def build(self, data: ClusterData, pool: str | None) -> QueueScreen.Rows:
+        jobs: JSON = next((p for p in data.pools or [] if p["name"] == pool), {"jobs": []})
+        t0 = time.perf_counter()
+        with self._build_lock:
+            cache = self._caches.setdefault(pool or "", RowCache())
+            rows = queue_rows(jobs, self.ctx.clock(), cache)
+            cache.finish()
+        widths = column_widths(COLUMNS, rows)
+        self.build_seconds.append(time.perf_counter() - t0)
+        return self.Rows(pool, rows, widths)
+
+    def on_queue_screen_rows(self, message: QueueScreen.Rows) -> None:
+        if message.pool != self.pool:
+            return  # built for the pool shown before `[` / `]`
+        t0 = time.perf_counter()
+        self.table.set_rows(message.rows, widths=message.widths)
         self.maybe_refresh_bindings()
+        self.apply_seconds.append(time.perf_counter() - t0)
 
     # ---- permission ---------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -181,8 +222,12 @@ class QueueScreen(ViewScreen):
             if not self.available:
                 return False
             rows = self.table.selection()
+            if action in EXPERIMENT_VERBS:
+                return self.experiments_allowed(
+                    action, [(r.data.get("experiment_state"), r.data.get("user")) for r in rows]
+                )
             return bool(rows) and all(
-                job_action_allowed(r.data.get("user"), self.dapp.user) for r in rows
+                job_action_allowed(r.data.get("user"), self.ctx.user) for r in rows
             )
         return True
 
@@ -191,26 +236,28 @@ class QueueScreen(ViewScreen):
 
     # ---- actions ------------------------------------------------------------------------------
     def action_pool(self, step: int) -> None:
-        data = self.dapp.cluster
+        data = self.data
         if not data or not data.pools:
             return
         names = [p["name"] for p in data.pools]
         i = names.index(self.pool) if self.pool in names else 0
         self.pool = names[(i + step) % len(names)]
         self.table.clear_marks()
-        self.on_cluster_data()
+        self.show_cluster(data)
 
     def _update(self, verb: str, changes_for: list[tuple[JSON, dict]]) -> None:
+        api = self.ctx.api
+
         def run() -> str:
             for job, changes in changes_for:
-                self.dapp.api.update_job(job["job_id"], **changes)
+                api.update_job(job["job_id"], **changes)
                 # The row shows the new value at once: a second key press before the next
                 # refresh steps on from it instead of repeating the first change.
                 job.update({k: v for k, v in changes.items() if k in job})
             ids = ", ".join(str(j["job_id"]) for j, _ in changes_for)
             return f"{verb}: job {ids}"
 
-        self.dapp.call_api(run)
+        self.call_api(run)
 
     def action_raise_priority(self) -> None:
         jobs = self._jobs()
@@ -239,7 +286,7 @@ class QueueScreen(ViewScreen):
         other = self._neighbour(-1)
         cur = self.table.current
         if other is None or cur is None:
-            self.dapp.toast("already first in the queue")
+            self.toast("already first in the queue")
             return
         self._update("moved up", [(cur.data, {"ahead_of": other["job_id"]})])
 
@@ -247,14 +294,13 @@ class QueueScreen(ViewScreen):
         other = self._neighbour(1)
         cur = self.table.current
         if other is None or cur is None:
-            self.dapp.toast("already last in the queue")
+            self.toast("already last in the queue")
             return
         self._update("moved down", [(cur.data, {"behind_of": other["job_id"]})])
 
     def action_change_pool(self) -> None:
         jobs = self._jobs()
-        data = self.dapp.cluster
-        names = [p["name"] for p in (data.pools or [])] if data else []
+        names = [p["name"] for p in (self.data.pools or [])] if self.data else []
 
         def done(value: str | None) -> None:
             if value:
@@ -262,8 +308,8 @@ class QueueScreen(ViewScreen):
                     f"moved to pool {value}", [(j, {"resource_pool": value}) for j in jobs]
                 )
 
-        self.app.push_screen(
-            Prompt("pool", suggestions=names, hint=f"move to pool ({', '.join(names)})"), done
+        self.ask(
+            "pool", suggestions=names, hint=f"move to pool ({', '.join(names)})", on_submit=done
         )
 
     def action_set_weight(self) -> None:
@@ -275,20 +321,20 @@ class QueueScreen(ViewScreen):
             try:
                 weight = float(value)
             except ValueError:
-                self.dapp.toast(f"not a number: {value}", error=True)
+                self.toast(f"not a number: {value}", error=True)
                 return
             self._update(f"weight {weight:g}", [(j, {"weight": weight}) for j in jobs])
 
-        self.app.push_screen(Prompt("weight", hint="fair-share weight (> 0)"), done)
+        self.ask("weight", hint="fair-share weight (> 0)", on_submit=done)
 
     def _experiments(self) -> list[int]:
         return [int(j["experiment_id"]) for j in self._jobs() if j.get("experiment_id")]
 
     def action_pause(self) -> None:
-        self.dapp.experiment_action("pause", self._experiments())
+        self.experiment_action("pause", self._experiments())
 
     def action_activate(self) -> None:
-        self.dapp.experiment_action("activate", self._experiments())
+        self.experiment_action("activate", self._experiments())
 
     def action_kill(self) -> None:
         exps = self._experiments()
@@ -299,7 +345,7 @@ class QueueScreen(ViewScreen):
         def done(yes: bool | None) -> None:
             if yes:
                 self.table.clear_marks()
-                self.dapp.experiment_action("kill", exps)
+                self.experiment_action("kill", exps)
 
         self.app.push_screen(
             Confirm(f"Kill experiment(s) {ids}? Their trials are stopped now."), done
@@ -308,7 +354,7 @@ class QueueScreen(ViewScreen):
     def action_open_experiment(self) -> None:
         cur = self.table.current
         if cur is not None and cur.data.get("experiment_id"):
-            self.dapp.open_view("exp", cur.data["experiment_id"])
+            self.open_view("exp", cur.data["experiment_id"])
 
     def on_resource_table_selected(self, message: ResourceTable.Selected) -> None:
         self.action_open_experiment()
@@ -316,4 +362,4 @@ class QueueScreen(ViewScreen):
     def action_logs(self) -> None:
         cur = self.table.current
         if cur is not None and cur.data.get("experiment_id"):
-            self.dapp.open_experiment_logs(int(cur.data["experiment_id"]))
+            self.open_experiment_logs(int(cur.data["experiment_id"]))

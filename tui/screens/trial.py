@@ -8,11 +8,21 @@ from typing import Any, ClassVar
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.widgets import Static
 
 from harness.api import NotFound
-from tui.data import JSON, fmt_age, fmt_number, progress_text, styled_state, trial_display_state
-from tui.screens.common import ViewScreen
+from tui.context import Context
+from tui.data import (
+    JSON,
+    fmt_age,
+    fmt_number,
+    metrics_text,
+    progress_text,
+    styled_state,
+    trial_display_state,
+)
+from tui.screens.common import FetchFailed, ViewScreen
 from tui.screens.experiment import hparams_text
 from tui.widgets.chart import MetricChart, Series
 from tui.widgets.table import Column, ResourceTable, Row
@@ -60,7 +70,8 @@ def checkpoint_rows(ckpts: list[JSON], now: float) -> list[Row]:
     ]
 
 
-def trial_info(t: JSON, now: float) -> Text:
+def trial_info(t: JSON, now: float, metric: str | None = None) -> Text:
+    """The trial's header; `metric` is its experiment's searcher metric (shown first)."""
     x = Text()
     x.append(f" Trial {t['id']} ", "bold reverse")
     x.append(f"  experiment {t.get('experiment_id')}  ")
@@ -71,12 +82,12 @@ def trial_info(t: JSON, now: float) -> Text:
     if t.get("agent_id"):
         x.append(f"   on {t['agent_id']}")
     x.append("\n ")
-    x.append(f"best val {fmt_number(t.get('best_validation'))}", "bold green")
-    x.append(f"   latest val {fmt_number(t.get('latest_validation'))}")
-    x.append(f"   seed {t.get('seed', '?')}   created {fmt_age(t.get('created_at'), now)} ago")
+    x.append(f"best {metric or 'val'} {fmt_number(t.get('best_validation'))}", "bold green")
+    x.append(f"   latest {metrics_text(t.get('latest_validation'), metric)}")
     if t.get("exit_reason"):
         x.append(f"   exit {t['exit_reason']}", "red")
     x.append("\n ")
+    x.append(f"seed {t.get('seed', '?')}   created {fmt_age(t.get('created_at'), now)} ago   ")
     x.append("hparams ", "dim")
     x.append(hparams_text(t.get("hparams"), 400))
     return x
@@ -92,6 +103,8 @@ def metric_choices(names: JSON) -> list[str]:
 
 class TrialScreen(ViewScreen):
     VIEW = "trial"
+    REFRESH_S = 3.0
+    CHART_REFRESH_S = 10.0
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("m,right_square_bracket", "metric(1)", "Next metric"),
         Binding("M,left_square_bracket", "metric(-1)", "Prev metric", show=False),
@@ -100,10 +113,25 @@ class TrialScreen(ViewScreen):
         Binding("tab", "focus_next", "Focus", show=False),
     ]
 
-    def __init__(self, trial_id: int) -> None:
-        super().__init__()
+    class Loaded(Message):
+        def __init__(self, trial: JSON, rows: list[Row], metric: str | None) -> None:
+            super().__init__()
+            self.trial = trial
+            self.rows = rows
+            self.metric = metric
+
+    class Chart(Message):
+        def __init__(self, names: JSON, metric: str | None, series: list[Series]) -> None:
+            super().__init__()
+            self.names = names
+            self.metric = metric
+            self.series = series
+
+    def __init__(self, ctx: Context, trial_id: int) -> None:
+        super().__init__(ctx)
         self.trial_id = int(trial_id)
         self.trial: JSON | None = None
+        self.searcher_metric: str | None = None  # its experiment's, fetched once (worker)
         self.names: JSON | None = None
         self.metrics: list[str] = []
         self.metric: str | None = None
@@ -122,35 +150,57 @@ class TrialScreen(ViewScreen):
         yield ResourceTable(CKPT_COLUMNS, id="checkpoints", empty="no checkpoints", markable=False)
 
     def on_mount(self) -> None:
-        self.poll("trial", self.fetch, self.apply, interval=3.0)
-        self.chart_poller = self.poll("chart", self.fetch_chart, self.apply_chart, interval=10.0)
+        for key, show in (("trial", self.on_trial_screen_loaded), ("chart", self.show_chart)):
+            shown = self.ctx.shown.get((key, self.trial_id))
+            if shown is not None:
+                show(shown)  # what it showed last time, at once
         super().on_mount()
+        self.set_interval(
+            self.CHART_REFRESH_S * self.ctx.interval_scale, lambda: self.refresh_chart()
+        )
         self.query_one(ResourceTable).focus()
 
-    # ---- trial + checkpoints ----------------------------------------------------------------
-    def fetch(self) -> tuple[JSON, list[Row]]:
-        api = self.dapp.api
-        trial = api.get_trial(self.trial_id)
-        rows = checkpoint_rows(api.list_trial_checkpoints(self.trial_id), self.dapp.clock())
-        return trial, rows
+    def refresh_data(self, now: bool = False) -> None:
+        self.fetch_in_background("trial", self.fetch, now=now)
+        if now:
+            self.refresh_chart(now=True)
 
-    def apply(self, result: tuple[JSON, list[Row]]) -> None:
-        self.trial, rows = result
-        self.query_one("#trial-info", Static).update(trial_info(self.trial, self.dapp.clock()))
-        self.query_one(ResourceTable).set_rows(rows)
+    def refresh_chart(self, now: bool = False) -> None:
+        self.fetch_in_background("chart", self.fetch_chart, now=now)
+
+    # ---- trial + checkpoints (worker thread) -------------------------------------------------
+    def fetch(self) -> TrialScreen.Loaded:
+        api = self.ctx.api
+        trial = api.get_trial(self.trial_id)
+        if self.searcher_metric is None:
+            try:
+                exp = api.get_experiment(int(trial["experiment_id"]))
+                self.searcher_metric = exp.get("searcher_metric") or ""
+            except NotFound:
+                self.searcher_metric = ""
+        rows = checkpoint_rows(api.list_trial_checkpoints(self.trial_id), self.ctx.clock())
+        return self.Loaded(trial, rows, self.searcher_metric or None)
+
+    def on_trial_screen_loaded(self, message: TrialScreen.Loaded) -> None:
+        self.ctx.remember(("trial", self.trial_id), message)
+        self.trial = message.trial
+        self.query_one("#trial-info", Static).update(
+            trial_info(message.trial, self.ctx.clock(), message.metric)
+        )
+        self.query_one(ResourceTable).set_rows(message.rows)
+
+    def on_fetch_failed(self, message: FetchFailed) -> None:
+        if message.group == "chart" and isinstance(message.error, NotFound):
+            self.show_chart(self.Chart({}, None, []))  # a master without the series routes
+        else:
+            super().on_fetch_failed(message)
 
     def not_found(self, error: NotFound) -> None:
         self.query_one("#trial-info", Static).update(Text(f" {error}", "bold red"))
 
-    # ---- chart --------------------------------------------------------------------------------
-    def fetch_chart(self) -> tuple[JSON, str | None, list[Series]]:
-        try:
-            return self._fetch_chart()
-        except NotFound:  # a master without the series routes (or no such trial)
-            return {}, None, []
-
-    def _fetch_chart(self) -> tuple[JSON, str | None, list[Series]]:
-        api = self.dapp.api
+    # ---- chart (worker thread) ----------------------------------------------------------------
+    def fetch_chart(self) -> TrialScreen.Chart:
+        api = self.ctx.api
         names = api.metric_names(self.trial_id)
         metrics = metric_choices(names)
         metric = self.metric if self.metric in metrics else (metrics[0] if metrics else None)
@@ -164,25 +214,28 @@ class TrialScreen(ViewScreen):
                 series.append(
                     Series(f"{group} {metric}", s.get("steps") or [], s.get("values") or [], color)
                 )
-        return names, metric, series
+        return self.Chart(names, metric, series)
 
-    def apply_chart(self, result: tuple[JSON, str | None, list[Series]]) -> None:
-        names, metric, series = result
+    def on_trial_screen_chart(self, message: TrialScreen.Chart) -> None:
+        self.ctx.remember(("chart", self.trial_id), message)
+        self.show_chart(message)
+        if self.chart_seconds is None:  # the first chart fetched and drawn (not a cached one)
+            self.chart_seconds = time.perf_counter() - self._opened
+
+    def show_chart(self, message: TrialScreen.Chart) -> None:
         chart = self.query_one(MetricChart)
-        if not names:
+        if not message.names:
             self.names = None
             chart.show_message(SERIES_NOT_AVAILABLE)
             return
-        self.names = names
-        self.metrics = metric_choices(names)
-        self.metric = metric
+        self.names = message.names
+        self.metrics = metric_choices(message.names)
+        self.metric = message.metric
         self._show_picker()
-        if metric is None:
+        if message.metric is None:
             chart.show_message("no metrics reported yet")
         else:
-            chart.show(series)
-        if self.chart_seconds is None:
-            self.chart_seconds = time.perf_counter() - self._opened
+            chart.show(message.series)
 
     def _show_picker(self) -> None:
         t = Text(" metric: ", "bold")
@@ -197,11 +250,11 @@ class TrialScreen(ViewScreen):
         i = self.metrics.index(self.metric) if self.metric in self.metrics else 0
         self.metric = self.metrics[(i + step) % len(self.metrics)]
         self._show_picker()
-        self.chart_poller.poke()
+        self.refresh_chart(now=True)
 
     def action_logs(self) -> None:
-        self.dapp.open_view("logs", self.trial_id)
+        self.open_view("logs", self.trial_id)
 
     def action_experiment(self) -> None:
         if self.trial is not None:
-            self.dapp.open_view("exp", int(self.trial["experiment_id"]))
+            self.open_view("exp", int(self.trial["experiment_id"]))

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widget import Widget
 
-from tui.data import Freshness, fmt_duration
+from tui.context import Context
+from tui.data import ClusterData, Freshness, fmt_duration
 
 
 @dataclass
@@ -69,13 +70,43 @@ def header_text(
 
 
 class HeaderBar(Widget):
+    """Redraws itself from the app's reactive `cluster` and `freshness` (watched, not pushed)
+    and once a second (the "3s ago")."""
+
     DEFAULT_CSS = "HeaderBar { height: 1; dock: top; background: $panel; }"
 
-    def __init__(self) -> None:
+    def __init__(self, view: str, ctx: Context) -> None:
         super().__init__(id="header")
+        self.view = view
+        self.ctx = ctx
+        self.summary = Summary()
+        self.freshness = Freshness()
         self.text = Text("detlab")
 
-    def set_text(self, text: Text) -> None:
+    def on_mount(self) -> None:
+        self.watch(self.app, "cluster", self._cluster_changed)
+        self.watch(self.app, "freshness", self._freshness_changed)
+        self.set_interval(1.0, self.update_text)
+
+    def _cluster_changed(self, data: ClusterData | None) -> None:
+        if data is not None:
+            self.summary = Summary(**data.summary)
+        self.update_text()
+
+    def _freshness_changed(self, freshness: Freshness) -> None:
+        self.freshness = freshness
+        self.update_text()
+
+    def update_text(self) -> None:
+        text = header_text(
+            self.view,
+            self.ctx.master_url,
+            (self.ctx.user or {}).get("username"),
+            self.summary,
+            self.freshness,
+            self.ctx.clock(),
+            self.ctx.readonly,
+        )
         if text.plain != self.text.plain or text.spans != self.text.spans:
             self.text = text
             self.refresh()
