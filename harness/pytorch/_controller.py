@@ -293,89 +293,117 @@ class _Controller:
     # -- training ---------------------------------------------------------------------------
     def _train_to(self, target: int, op: Any) -> str | None:
         """Train until `target` batches; returns "preempt" / "user_stop" when stopped early."""
-        trial, context, pending = self.trial, self.context, self.pending
-        epoch_len = self.epoch_len
-        batch_scheds = [
-            s for s in context.lr_schedulers if s.step_mode == LRScheduler.StepMode.STEP_EVERY_BATCH
-        ]
-        epoch_scheds = [
-            s for s in context.lr_schedulers if s.step_mode == LRScheduler.StepMode.STEP_EVERY_EPOCH
-        ]
-        flag = self._preempt_flag
-        single = self.dist.size == 1
-        device = None if self._on_cpu else context.device
+        context, epoch_len = self.context, self.epoch_len
+        batch_scheds = self._schedulers(LRScheduler.StepMode.STEP_EVERY_BATCH)
+        epoch_scheds = self._schedulers(LRScheduler.StepMode.STEP_EVERY_EPOCH)
         it = None
         it_epoch = -1
         while self.batches < target:
             epoch, offset = divmod(self.batches, epoch_len)
             if it is None or it_epoch != epoch:
-                it = self.train_loader.epoch(epoch, offset)
+                it = self._open_epoch(epoch, offset)
                 it_epoch = epoch
-                context._epoch_start = offset == 0
-                if offset == 0:
-                    self._call("on_training_epoch_start", epoch)
-            boundary = min(target, (epoch + 1) * epoch_len)
-            for every in (self.report_every, self.val_every, self.ckpt_every, self.preempt_every):
-                if every:
-                    boundary = min(boundary, (self.batches // every + 1) * every)
-            batch_idx = self.batches
-            stopped = None
-            while batch_idx < boundary:
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    raise RuntimeError(
-                        f"the training data loader ran out after {batch_idx - epoch * epoch_len}"
-                        f" batches of epoch {epoch}; it has {epoch_len} per epoch"
-                    ) from None
-                if device is not None:
-                    batch = to_device(batch, device)
-                out = trial.train_batch(batch, epoch, batch_idx)
-                batch_idx += 1
-                if out:
-                    pending.append(
-                        {
-                            k: v.detach() if isinstance(v, torch.Tensor) else v
-                            for k, v in out.items()
-                        }
-                    )
-                for s in batch_scheds:
-                    if batch_idx % s.frequency == 0:
-                        s.step()
-                if flag is not None and flag():
-                    stopped = "preempt"
-                    break
-                if single and context._stop_requested:
-                    stopped = "user_stop"
-                    break
+            batch_idx, stopped = self._train_span(
+                it, epoch, self._span_end(target, epoch), batch_scheds
+            )
             context._epoch_start = False
             self.batches = batch_idx
             if batch_idx % epoch_len == 0:
-                self._call("on_training_epoch_end", batch_idx // epoch_len - 1)
-                for s in epoch_scheds:
-                    if (batch_idx // epoch_len) % s.frequency == 0:
-                        s.step()
+                self._end_epoch(batch_idx // epoch_len, epoch_scheds)
                 it = None
             if stopped == "preempt":
                 self.core.preempt.should_preempt()  # acknowledges the signal
                 return stopped
-            if self.report_every and batch_idx % self.report_every == 0:
-                self._report_training(op, target)
-            if self.val_every and batch_idx % self.val_every == 0 and batch_idx < target:
-                self._validate()
-            if self.ckpt_every and batch_idx % self.ckpt_every == 0:
-                self._checkpoint()
+            self._after_span(op, target)
             if stopped:
                 return stopped
             if self.dist.size > 1 and batch_idx % self.preempt_every == 0:
-                # One collective: the chief's preemption flag and every worker's stop request.
-                chief_flag = self.is_chief and self.core.preempt._chief_flag()
-                parts = self.dist.allgather((chief_flag, context._stop_requested))
-                if parts[0][0]:
-                    self.core.preempt.acknowledge_preemption_signal()
-                    return "preempt"
-                if any(p[1] for p in parts):
-                    return "user_stop"
+                stopped = self._collective_stop()
+                if stopped:
+                    return stopped
+        return None
+
+    def _schedulers(self, mode: Any) -> list[LRScheduler]:
+        return [s for s in self.context.lr_schedulers if s.step_mode == mode]
+
+    def _open_epoch(self, epoch: int, offset: int) -> Any:
+        """The training batches of `epoch` from batch `offset` on."""
+        it = self.train_loader.epoch(epoch, offset)
+        self.context._epoch_start = offset == 0
+        if offset == 0:
+            self._call("on_training_epoch_start", epoch)
+        return it
+
+    def _span_end(self, target: int, epoch: int) -> int:
+        """Where the next span of training stops: the target, the epoch's end or the next
+        report, validation, checkpoint or preemption check, whichever comes first."""
+        boundary = min(target, (epoch + 1) * self.epoch_len)
+        for every in (self.report_every, self.val_every, self.ckpt_every, self.preempt_every):
+            if every:
+                boundary = min(boundary, (self.batches // every + 1) * every)
+        return boundary
+
+    def _train_span(
+        self, it: Any, epoch: int, boundary: int, batch_scheds: list[LRScheduler]
+    ) -> tuple[int, str | None]:
+        """Train batches up to `boundary` (the hot loop: locals only). Returns the batch index
+        reached and "preempt" / "user_stop" when stopped early."""
+        trial, context, pending = self.trial, self.context, self.pending
+        epoch_len = self.epoch_len
+        flag = self._preempt_flag
+        single = self.dist.size == 1
+        device = None if self._on_cpu else context.device
+        batch_idx = self.batches
+        while batch_idx < boundary:
+            try:
+                batch = next(it)
+            except StopIteration:
+                raise RuntimeError(
+                    f"the training data loader ran out after {batch_idx - epoch * epoch_len}"
+                    f" batches of epoch {epoch}; it has {epoch_len} per epoch"
+                ) from None
+            if device is not None:
+                batch = to_device(batch, device)
+            out = trial.train_batch(batch, epoch, batch_idx)
+            batch_idx += 1
+            if out:
+                pending.append(
+                    {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+                )
+            for s in batch_scheds:
+                if batch_idx % s.frequency == 0:
+                    s.step()
+            if flag is not None and flag():
+                return batch_idx, "preempt"
+            if single and context._stop_requested:
+                return batch_idx, "user_stop"
+        return batch_idx, None
+
+    def _end_epoch(self, epochs_done: int, epoch_scheds: list[LRScheduler]) -> None:
+        self._call("on_training_epoch_end", epochs_done - 1)
+        for s in epoch_scheds:
+            if epochs_done % s.frequency == 0:
+                s.step()
+
+    def _after_span(self, op: Any, target: int) -> None:
+        """Report, validate and checkpoint where a span ends on their period."""
+        batch_idx = self.batches
+        if self.report_every and batch_idx % self.report_every == 0:
+            self._report_training(op, target)
+        if self.val_every and batch_idx % self.val_every == 0 and batch_idx < target:
+            self._validate()
+        if self.ckpt_every and batch_idx % self.ckpt_every == 0:
+            self._checkpoint()
+
+    def _collective_stop(self) -> str | None:
+        """One collective: the chief's preemption flag and every worker's stop request."""
+        chief_flag = self.is_chief and self.core.preempt._chief_flag()
+        parts = self.dist.allgather((chief_flag, self.context._stop_requested))
+        if parts[0][0]:
+            self.core.preempt.acknowledge_preemption_signal()
+            return "preempt"
+        if any(p[1] for p in parts):
+            return "user_stop"
         return None
 
     def _report_training(self, op: Any, target: int) -> None:
