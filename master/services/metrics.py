@@ -74,53 +74,12 @@ def ingest(trial: Trial, reports: Any, batch_id: str | None = None) -> int:
     max_steps = trial.steps_completed
     latest_val: tuple[int, dict] | None = None
     for i, r in enumerate(reports):
-        if not isinstance(r, dict):
-            raise BadRequest("each report must be an object", path=f"reports[{i}]")
-        group = r.get("group")
-        if group not in GROUPS:
-            raise BadRequest(
-                f"group must be 'training' or 'validation', got {group!r}",
-                path=f"reports[{i}].group",
-            )
-        steps = r.get("steps_completed")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise BadRequest(
-                "steps_completed must be an integer >= 0", path=f"reports[{i}].steps_completed"
-            )
-        metrics = r.get("metrics")
-        if not isinstance(metrics, dict):
-            raise BadRequest("metrics must be an object", path=f"reports[{i}].metrics")
-        try:
-            # Strict JSON: NaN/Infinity must travel as strings ("NaN"), PostgreSQL rejects them.
-            encoded = _encode(metrics)
-        except (ValueError, TypeError):
-            raise BadRequest(
-                "metric values must be JSON with finite numbers; "
-                'send NaN/Infinity as "NaN"/"Infinity"',
-                path=f"reports[{i}].metrics",
-            ) from None
-        ts: datetime | str = now_text
-        if isinstance(r.get("reported_at"), str):
-            try:
-                datetime.fromisoformat(r["reported_at"])  # validate; PostgreSQL parses the text
-                ts = r["reported_at"]
-            except ValueError:
-                raise BadRequest(
-                    "reported_at must be ISO 8601", path=f"reports[{i}].reported_at"
-                ) from None
-        rows.append(
-            {
-                "trial_id": trial.id,
-                "group": group,
-                "steps_completed": steps,
-                "metrics": metrics,
-                "reported_at": ts,
-                "_json": encoded,
-            }
-        )
+        row = _row(trial.id, i, r, now_text)
+        rows.append(row)
+        steps = row["steps_completed"]
         max_steps = max(max_steps, steps)
-        if group == "validation" and (latest_val is None or steps >= latest_val[0]):
-            latest_val = (steps, metrics)
+        if row["group"] == "validation" and (latest_val is None or steps >= latest_val[0]):
+            latest_val = (steps, row["metrics"])
     if not rows:
         return 0
     if batch_id is not None and not _first_time(trial.id, batch_id):
@@ -140,6 +99,51 @@ def ingest(trial: Trial, reports: Any, batch_id: str | None = None) -> int:
         _to_searcher(trial, rows)
         db.session.commit()
     return len(rows)
+
+
+def _row(trial_id: int, i: int, r: Any, now_text: str) -> dict[str, Any]:
+    """One report checked (a 400 naming `reports[i]` when it is wrong) as a row to insert."""
+    if not isinstance(r, dict):
+        raise BadRequest("each report must be an object", path=f"reports[{i}]")
+    group = r.get("group")
+    if group not in GROUPS:
+        raise BadRequest(
+            f"group must be 'training' or 'validation', got {group!r}",
+            path=f"reports[{i}].group",
+        )
+    steps = r.get("steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise BadRequest(
+            "steps_completed must be an integer >= 0", path=f"reports[{i}].steps_completed"
+        )
+    metrics = r.get("metrics")
+    if not isinstance(metrics, dict):
+        raise BadRequest("metrics must be an object", path=f"reports[{i}].metrics")
+    try:
+        # Strict JSON: NaN/Infinity must travel as strings ("NaN"), PostgreSQL rejects them.
+        encoded = _encode(metrics)
+    except (ValueError, TypeError):
+        raise BadRequest(
+            'metric values must be JSON with finite numbers; send NaN/Infinity as "NaN"/"Infinity"',
+            path=f"reports[{i}].metrics",
+        ) from None
+    ts: datetime | str = now_text
+    if isinstance(r.get("reported_at"), str):
+        try:
+            datetime.fromisoformat(r["reported_at"])  # validate; PostgreSQL parses the text
+            ts = r["reported_at"]
+        except ValueError:
+            raise BadRequest(
+                "reported_at must be ISO 8601", path=f"reports[{i}].reported_at"
+            ) from None
+    return {
+        "trial_id": trial_id,
+        "group": group,
+        "steps_completed": steps,
+        "metrics": metrics,
+        "reported_at": ts,
+        "_json": encoded,
+    }
 
 
 def _best_from_validations(trial: Trial, rows: list[dict[str, Any]]) -> None:
