@@ -133,7 +133,7 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
             )
         ).scalars()
     )
-    known = set()
+    known: set[str] = set()
     # Longer than a healthy agent's long poll (at most agent_timeout / 2), shorter than the
     # lost-agent reaper's agent_timeout.
     silent = timedelta(seconds=0.75 * current_app.config["DET"].agent_timeout)
@@ -147,15 +147,7 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
     for row in rows:
         known.add(row.id)
         if row.state == S.LAUNCHING:
-            found = by_launch.get(row.id)
-            if found is not None:
-                row.cloud_id = found.cloud_id
-                transition(row, S.STARTING, "found in the cloud by its launch tag")
-            elif (
-                _aware(row.launched_at) < started and now - _aware(row.launched_at) > LAUNCH_SETTLE
-            ):
-                transition(row, S.FAILED, "launch interrupted by a master restart; no instance")
-                _revoke(row)
+            _reconcile_launching(row, by_launch.get(row.id), started, now)
             continue
         if row.cloud_id:
             known.add(row.cloud_id)
@@ -171,21 +163,49 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
             continue
         if row.state == S.TERMINATING:
             continue
-        agent = agents.get(row.cloud_id or "")
-        if (
-            row.interrupted_at is not None
-            and agent is not None
-            and _aware(agent.last_seen) < now - silent
-        ):
-            _requeue_interrupted(row)  # its agent went quiet: the instance is going
-        if agent is not None and agent.state == AgentState.ACTIVE:
-            if row.state == S.STARTING:
-                transition(row, S.RUNNING, "its agent connected")
-                row.connected_at = now
-            if row.cloud_id in busy:
-                row.last_busy_at = now
-        elif row.state == S.RUNNING and agent is not None and agent.state != AgentState.ACTIVE:
-            transition(row, S.STARTING, f"its agent is {agent.state}")
+        _follow_agent(row, agents.get(row.cloud_id or ""), row.cloud_id in busy, now, silent)
+    return _terminate_orphans(pool, cloud, known, now, kind)
+
+
+def _reconcile_launching(
+    row: Instance, found: CloudInstance | None, started: datetime, now: datetime
+) -> None:
+    """A launch in flight: found in the cloud by its tag, or failed if a master restart
+    interrupted it."""
+    if found is not None:
+        row.cloud_id = found.cloud_id
+        transition(row, S.STARTING, "found in the cloud by its launch tag")
+    elif _aware(row.launched_at) < started and now - _aware(row.launched_at) > LAUNCH_SETTLE:
+        transition(row, S.FAILED, "launch interrupted by a master restart; no instance")
+        _revoke(row)
+
+
+def _follow_agent(
+    row: Instance, agent: Agent | None, busy: bool, now: datetime, silent: timedelta
+) -> None:
+    """A live instance follows its agent: connected (RUNNING) or not (STARTING), busy when,
+    and gone when interrupted and silent."""
+    if (
+        row.interrupted_at is not None
+        and agent is not None
+        and _aware(agent.last_seen) < now - silent
+    ):
+        _requeue_interrupted(row)  # its agent went quiet: the instance is going
+    if agent is not None and agent.state == AgentState.ACTIVE:
+        if row.state == S.STARTING:
+            transition(row, S.RUNNING, "its agent connected")
+            row.connected_at = now
+        if busy:
+            row.last_busy_at = now
+    elif row.state == S.RUNNING and agent is not None and agent.state != AgentState.ACTIVE:
+        transition(row, S.STARTING, f"its agent is {agent.state}")
+
+
+def _terminate_orphans(
+    pool: str, cloud: list[CloudInstance], known: set[str], now: datetime, kind: str
+) -> list[str]:
+    """Cloud instances tagged as ours that no row knows: recorded as TERMINATING; returns
+    their cloud ids to terminate."""
     orphans = []
     for c in cloud:
         if c.launch_id in known or c.cloud_id in known or c.state == "terminated":
