@@ -28,30 +28,27 @@ resumed reports exactly the metrics of one that never stopped.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import math
 import os
-import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-import harness
 from harness.core import Context as CoreContext
 from harness.core import DistributedContext, EarlyExitReason
-from harness.pytorch._context import PyTorchTrialContext, to_device, unwrap
+from harness.pytorch import _checkpoints
+from harness.pytorch._context import PyTorchTrialContext, to_device
 from harness.pytorch._data import _Loader, adopt
+from harness.pytorch._lengths import to_batches
+from harness.pytorch._metric_lists import merge_lists, scalar_lists
+from harness.pytorch._rng import set_seeds
 from harness.pytorch._trial import LRScheduler, PyTorchTrial
 
 logger = logging.getLogger("harness.pytorch")
 
-STATE_FILE = "state.pt"
-FORMAT = "harness.pytorch/1"
 PREEMPT_CHECK_EVERY = int(os.environ.get("DET_PREEMPT_CHECK_EVERY", "10"))
 
 
@@ -64,90 +61,6 @@ class TrialResult:
     checkpoints: list[str] = field(default_factory=list)
     batches_trained: int = 0
     preempted: bool = False
-
-
-def to_batches(
-    length: dict[str, int] | int | None,
-    *,
-    unit: str = "batches",
-    global_batch_size: int | None,
-    records_per_epoch: int | None,
-) -> int | None:
-    """A length (`{unit: n}` or n in `unit`) in batches; None stays None."""
-    if length is None:
-        return None
-    if isinstance(length, dict):
-        if not length:
-            return None
-        ((unit, n),) = length.items()
-    else:
-        n = int(length)
-    if unit == "batches":
-        return int(n)
-    if global_batch_size is None:
-        raise ValueError(
-            f"a length in {unit} needs the hyperparameter 'global_batch_size' to become batches"
-        )
-    if unit == "records":
-        return math.ceil(n / global_batch_size)
-    if unit == "epochs":
-        if not records_per_epoch:
-            raise ValueError("a length in epochs needs records_per_epoch in the experiment config")
-        return math.ceil(n * records_per_epoch / global_batch_size)
-    raise ValueError(f"unknown length unit {unit!r} (batches, records or epochs)")
-
-
-def set_seeds(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _scalar_lists(pending: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Per-batch metric dicts -> {name: [value per batch]} as Python floats (one sync per key)."""
-    out: dict[str, list[float]] = {}
-    if not pending:
-        return out
-    keys: list[str] = []
-    for d in pending:
-        for k in d:
-            if k not in out:
-                out[k] = []
-                keys.append(k)
-    for k in keys:
-        vals = [d[k] for d in pending if k in d]
-        tensors = [v for v in vals if isinstance(v, torch.Tensor)]
-        if len(tensors) == len(vals):
-            out[k] = torch.stack([t.reshape(()).double() for t in tensors]).cpu().tolist()
-        else:
-            out[k] = [float(v.item() if isinstance(v, torch.Tensor) else v) for v in vals]
-    return out
-
-
-def _merge_lists(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str, list[float]]:
-    out = {k: list(v) for k, v in a.items()}
-    for k, v in b.items():
-        out.setdefault(k, []).extend(v)
-    return out
 
 
 class _Controller:
@@ -407,13 +320,13 @@ class _Controller:
         return None
 
     def _report_training(self, op: Any, target: int) -> None:
-        values = _merge_lists(self.carried, _scalar_lists(self.pending))
+        values = merge_lists(self.carried, scalar_lists(self.pending))
         self.pending.clear()
         self.carried = {}
         if self.dist.size > 1:
             merged: dict[str, list[float]] = {}
             for part in self.dist.allgather(values):
-                merged = _merge_lists(merged, part)
+                merged = merge_lists(merged, part)
             values = merged
         n = self.batches - self._b_report
         if not self.is_chief or not values and n == 0:
@@ -478,8 +391,8 @@ class _Controller:
         all_sums: dict[str, list[float]] = {}
         all_weights: dict[str, list[float]] = {}
         for s, w in parts:
-            all_sums = _merge_lists(all_sums, s)
-            all_weights = _merge_lists(all_weights, w)
+            all_sums = merge_lists(all_sums, s)
+            all_weights = merge_lists(all_weights, w)
         metrics = {k: math.fsum(v) / math.fsum(all_weights[k]) for k, v in sorted(all_sums.items())}
         for r in reducers:
             own = r.reducer.per_slot_reduce()
@@ -501,108 +414,10 @@ class _Controller:
 
     # -- checkpoints ------------------------------------------------------------------------
     def _checkpoint(self) -> None:
-        if self.last_checkpoint_at == self.batches:
-            return
-        own = {
-            "rng": _rng_state(),
-            "pending": _merge_lists(self.carried, _scalar_lists(self.pending)),
-        }
-        self.pending.clear()
-        self.carried = own["pending"]
-        per_rank = self.dist.gather(own) if self.dist.size > 1 else [own]
-        metadata = {
-            "steps_completed": self.batches,
-            "format": FORMAT,
-            "framework": f"torch-{torch.__version__}",
-            "batches_trained": self.batches,
-            "epoch": self.batches // self.epoch_len,
-            "trial_id": self.context.get_trial_id(),
-        }
-        if not self.is_chief:  # shard=False: the chief alone stores (Determined's rule)
-            self.last_checkpoint_at = self.batches
-            return
-        with self.core.checkpoint.store_path(metadata) as (path, uuid):
-            if self.is_chief:
-                assert per_rank is not None
-                state = {
-                    "format": FORMAT,
-                    "batches_trained": self.batches,
-                    "epoch_len": self.epoch_len,
-                    "models": [unwrap(m).state_dict() for m in self.context.models],
-                    "optimizers": [o.state_dict() for o in self.context.optimizers],
-                    "lr_schedulers": [s.state_dict() for s in self.context.lr_schedulers],
-                    "rng": [p["rng"] for p in per_rank],
-                    "pending_metrics": [p["pending"] for p in per_rank],
-                    "last_validation": self.last_validation,
-                    "world_size": self.dist.size,
-                }
-                if hasattr(self.trial, "state_dict"):
-                    state["trial"] = self.trial.state_dict()
-                if self.callbacks:
-                    state["callbacks"] = [cb.state_dict() for cb in self.callbacks]
-                self._call("on_checkpoint_save_start", state)
-                torch.save(state, Path(path) / STATE_FILE)
-                (Path(path) / "load_data.json").write_text(
-                    json.dumps({"trial_type": "PyTorchTrial", "batches_trained": self.batches})
-                )
-        self.last_checkpoint_at = self.batches
-        if self.is_chief:
-            self._call("on_checkpoint_upload_end", uuid)
-            self.result.checkpoints.append(uuid)
-            logger.info("checkpoint %s at batch %d", uuid, self.batches)
+        _checkpoints.store(self)
 
     def _restore(self, uuid: str) -> None:
-        with self.core.checkpoint.restore_path(uuid) as path:
-            state = torch.load(
-                Path(path) / STATE_FILE, map_location=self.context.device, weights_only=False
-            )
-        if state.get("format") != FORMAT:
-            raise RuntimeError(f"checkpoint {uuid} is not a {FORMAT} checkpoint")
-        self._call("on_checkpoint_load_start", state)
-        for cb, sd in zip(self.callbacks, state.get("callbacks") or [], strict=False):
-            cb.load_state_dict(sd)
-        ctx = self.context
-        for what, have, saved in (
-            ("models", ctx.models, state["models"]),
-            ("optimizers", ctx.optimizers, state["optimizers"]),
-            ("lr_schedulers", ctx.lr_schedulers, state["lr_schedulers"]),
-        ):
-            if len(have) != len(saved):
-                raise RuntimeError(
-                    f"checkpoint {uuid} has {len(saved)} {what}, the trial wrapped {len(have)}"
-                )
-        for m, sd in zip(ctx.models, state["models"], strict=True):
-            unwrap(m).load_state_dict(sd)
-        for o, sd in zip(ctx.optimizers, state["optimizers"], strict=True):
-            o.load_state_dict(sd)
-        for s, sd in zip(ctx.lr_schedulers, state["lr_schedulers"], strict=True):
-            s.load_state_dict(sd)
-        if "trial" in state and hasattr(self.trial, "load_state_dict"):
-            self.trial.load_state_dict(state["trial"])
-        self.batches = int(state["batches_trained"])
-        if state.get("epoch_len") != self.epoch_len:
-            logger.warning(
-                "the training data has %s batches per epoch, the checkpoint's had %s: "
-                "the data position is not exact",
-                self.epoch_len,
-                state.get("epoch_len"),
-            )
-        rank = self.dist.rank
-        same_size = state.get("world_size") == self.dist.size
-        rngs, pendings = state["rng"], state["pending_metrics"]
-        if same_size:
-            _set_rng_state(rngs[rank])
-            self.carried = pendings[rank]
-        else:
-            _set_rng_state(rngs[0])
-            merged: dict[str, list[float]] = {}
-            for p in pendings:
-                merged = _merge_lists(merged, p)
-            self.carried = merged if rank == 0 else {}
-        lv = state.get("last_validation")
-        self.last_validation = (int(lv[0]), dict(lv[1])) if lv else None
-        self.last_checkpoint_at = self.batches
-        logger.info("resumed from checkpoint %s at batch %d", uuid, self.batches)
+        _checkpoints.restore(self, uuid)
 
 
 def build_trial(trial_class: type[PyTorchTrial], context: PyTorchTrialContext) -> PyTorchTrial:
@@ -616,71 +431,3 @@ def build_trial(trial_class: type[PyTorchTrial], context: PyTorchTrialContext) -
     if len(params) >= 2:
         return trial_class(context, context.get_hparams())  # type: ignore[call-arg]
     return trial_class(context)
-
-
-def run_trial(
-    trial_class: type[PyTorchTrial],
-    *,
-    hparams: dict[str, Any] | None = None,
-    config: dict[str, Any] | None = None,
-    max_length: int | None = None,
-    trial_seed: int | None = None,
-    latest_checkpoint: str | None = None,
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    distributed: DistributedContext | None = None,
-) -> TrialResult:
-    """Train `trial_class` as the searcher asks: on a cluster, or locally to debug and test.
-
-    On a cluster everything comes from the `DET_*` environment (the arguments are ignored).
-    Off-cluster: `hparams`, `config` (an experiment config as a dict), one searcher operation of
-    `max_length` (in the unit of `config['searcher']['max_length']`; default: its value, else
-    `DET_MAX_LENGTH`; `hparams` and `config` default to `DET_HPARAMS` and `DET_EXPERIMENT_CONFIG`
-    so `python3 -m harness.launch --nproc 2 model_def:MyTrial` works), checkpoints under
-    `checkpoint_dir` (default `./checkpoints`), resuming from `latest_checkpoint` (a uuid there).
-    """
-    info = harness.get_cluster_info()
-    dist = distributed
-    if dist is None:
-        from harness.core._distributed import from_env
-
-        dist = from_env()
-    if info is not None:
-        hp, cfg = dict(info.trial.hparams), dict(info.trial.config)
-        seed, latest = info.trial.trial_seed, info.latest_checkpoint
-        trial_id, exp_id = info.trial.trial_id, info.trial.experiment_id
-        storage = None
-    else:
-        if hparams is None:
-            hparams = json.loads(os.environ.get("DET_HPARAMS") or "{}")
-        if config is None:
-            config = json.loads(os.environ.get("DET_EXPERIMENT_CONFIG") or "{}")
-        hp, cfg = dict(hparams or {}), dict(config or {})
-        seed = trial_seed
-        if seed is None:
-            seed = int((cfg.get("reproducibility") or {}).get("experiment_seed") or 0)
-        latest = latest_checkpoint
-        trial_id = exp_id = None
-        storage = checkpoint_dir
-    core = harness.core.init(distributed=dist, checkpoint_storage=storage)
-    with core:
-        if info is None:
-            length = max_length
-            if length is None:
-                ml = (cfg.get("searcher") or {}).get("max_length")
-                length = (
-                    next(iter(ml.values()))
-                    if isinstance(ml, dict) and ml
-                    else int(os.environ.get("DET_MAX_LENGTH", "1"))
-                )
-            core.searcher._local_max_length = int(length)
-        controller = _Controller(
-            trial_class,
-            core,
-            hparams=hp,
-            config=cfg,
-            trial_seed=seed,
-            trial_id=trial_id,
-            experiment_id=exp_id,
-            latest_checkpoint=latest,
-        )
-        return controller.run()

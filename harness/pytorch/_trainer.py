@@ -26,7 +26,8 @@ from typing import Any
 import harness
 from harness.core import DistributedContext
 from harness.pytorch._context import PyTorchTrialContext
-from harness.pytorch._controller import _Controller, set_seeds
+from harness.pytorch._controller import _Controller
+from harness.pytorch._rng import set_seeds
 from harness.pytorch._trial import PyTorchTrial
 
 logger = logging.getLogger("harness.pytorch")
