@@ -10,11 +10,10 @@ from master.api._util import float_arg, json_body
 from master.auth import principal
 from master.context import master_state
 from master.db import db
-from master.errors import BadRequest, Forbidden, NotFound
+from master.errors import BadRequest, Forbidden
 from master.models import Allocation
 from master.notify import hub, preempt_key
-from master.services.allocations import containers_of
-from master.states import AllocationState
+from master.services.allocations import containers_of, get_allocation, wants_stop
 
 bp = Blueprint("allocations", __name__)
 
@@ -25,16 +24,7 @@ def _own(alloc_id: str) -> Allocation:
         raise Forbidden("this session token belongs to another allocation")
     if p.kind == "agent":
         raise Forbidden("this route is for trials and users")
-    alloc = db.session.get(Allocation, alloc_id)
-    if alloc is None:
-        raise NotFound(f"allocation {alloc_id} not found")
-    return alloc
-
-
-def _wants_stop(alloc: Allocation) -> bool:
-    return (
-        alloc.preempt_requested or alloc.kill_requested or alloc.state == AllocationState.TERMINATED
-    )
+    return get_allocation(alloc_id)
 
 
 @bp.get("/allocations/<alloc_id>/preemption")
@@ -42,13 +32,13 @@ def preemption(alloc_id: str):  # type: ignore[no-untyped-def]
     timeout = float_arg("timeout", 30.0, 0.0, 60.0)
     seen = hub().version(preempt_key(alloc_id))
     alloc = _own(alloc_id)
-    if _wants_stop(alloc) or timeout == 0:
-        return jsonify({"preempt": _wants_stop(alloc)})
+    if wants_stop(alloc) or timeout == 0:
+        return jsonify({"preempt": wants_stop(alloc)})
     db.session.commit()
     hub().wait(preempt_key(alloc_id), seen, timeout)
     db.session.expire_all()
     alloc = _own(alloc_id)
-    return jsonify({"preempt": _wants_stop(alloc)})
+    return jsonify({"preempt": wants_stop(alloc)})
 
 
 @bp.post("/allocations/<alloc_id>/ack_preemption")
