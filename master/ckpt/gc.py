@@ -103,7 +103,7 @@ def candidates(exp: Experiment) -> list[Candidate]:
                 Metric.group == "validation",
             )
         )
-        for trial_id, steps, v in rows:
+        for trial_id, steps, v in rows.tuples():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 values[(trial_id, steps)] = float(v)
     resume = set(

@@ -165,7 +165,7 @@ def _place_pending(
         if launched < room:
             launched += 1  # a new instance (a virtual agent of `new`), n of its slots taken
             if n < n_slots:
-                new.add_agent(launched, range(n, n_slots))
+                new.add_agent(str(launched), range(n, n_slots))
             continue
         unfit[req.id] = at_max
         if index.total == 0 and new.total == 0:

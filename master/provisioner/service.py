@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import overload
 
 from flask import current_app
 from sqlalchemy import select
@@ -71,6 +72,10 @@ def _ts(dt: datetime | None) -> float | None:
     return dt.timestamp() if dt.tzinfo else dt.replace(tzinfo=utcnow().tzinfo).timestamp()
 
 
+@overload
+def _aware(dt: datetime) -> datetime: ...
+@overload
+def _aware(dt: None) -> None: ...
 def _aware(dt: datetime | None) -> datetime | None:
     return dt if dt is None or dt.tzinfo else dt.replace(tzinfo=utcnow().tzinfo)
 
@@ -240,7 +245,7 @@ def _busy_agents(agent_ids: list[str]) -> set[str]:
         select(Allocation.agent_id, Allocation.containers).where(
             Allocation.state.in_(LIVE_ALLOCATION)
         )
-    ).all()
+    ).tuples()
     out = set(held)
     wanted = set(agent_ids)
     for agent_id, containers in live:
@@ -400,7 +405,7 @@ def _launch(pool: str, pc: ProviderConfig, provider: Provider, count: int) -> No
         token, token_hash = mint()
         spot = pc.spot if pc.type == "aws" else pc.gcp_instance_type.preemptible
         name = f"{pc.name_prefix}{launch_id[:12]}" if pc.type == "gcp" else f"{pc.instance_name}"
-        row = Instance(
+        row: Instance | None = Instance(
             id=launch_id,
             pool=pool,
             provider=pc.type,

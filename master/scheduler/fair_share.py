@@ -42,7 +42,8 @@ def _job_params(
     weight: dict[Job, float] = {}
     cap: dict[Job, int | None] = {}
     first: dict[Job, float] = {}
-    for r in (*running, *requests):
+    everyone: tuple[Request | Running, ...] = (*running, *requests)
+    for r in everyone:
         j = r.job
         if j not in weight:
             weight[j] = max(r.weight, 1e-9)

@@ -332,6 +332,7 @@ class AdaptiveASHASearch(SearchMethod):
         if self.shut_down:
             return ops
         running = self._running()
+        b: int | None
         while running < self.limit:
             promotion = self._next_promotion()
             if promotion is not None:
@@ -412,6 +413,7 @@ class AdaptiveASHASearch(SearchMethod):
                 continue
             top = len(bracket.lengths) - 1
             settled = top
+            trial: _Trial | None
             for trial in self.trials.values():
                 if trial.bracket == b and trial.state == "running":
                     settled = min(settled, trial.rung)

@@ -96,10 +96,10 @@ def list_experiments(q: ExperimentQuery) -> ExperimentPage:
     )
     if q.sort == "owner":
         stmt = stmt.join(User, Experiment.owner_id == User.id)
-    rows = list(
+    rows: list[Experiment] = list(
         db.session.execute(stmt.order_by(*_order(q)).limit(q.limit).offset(q.offset)).scalars()
     )
-    total = db.session.execute(_filtered(select(func.count(Experiment.id)), q)).scalar_one()
+    total: int = db.session.execute(_filtered(select(func.count(Experiment.id)), q)).scalar_one()
     return ExperimentPage(rows, int(total), trial_counts([e.id for e in rows]))
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import math
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from sqlalchemy import select, text
+from sqlalchemy import CursorResult, ScalarResult, select, text
 
 from master.db import db, iso, utcnow
 from master.errors import BadRequest
@@ -43,11 +43,12 @@ def _first_time(trial_id: int, batch_id: str) -> bool:
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
-        from sqlalchemy.dialects.sqlite import insert
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
     stmt = insert(MetricBatch.__table__).values(
         trial_id=trial_id, batch_id=batch_id, stored_at=utcnow()
     )
-    return db.session.execute(stmt.on_conflict_do_nothing()).rowcount == 1
+    result = cast(CursorResult[Any], db.session.execute(stmt.on_conflict_do_nothing()))
+    return result.rowcount == 1
 
 
 MAX_REPORTS = 50_000
@@ -240,19 +241,20 @@ def metric_names(trial_id: int) -> dict[str, list[str]]:
     bind = db.session.get_bind()
     for group in GROUPS:
         if bind.dialect.name == "postgresql":
-            rows = db.session.execute(
+            rows: ScalarResult[str] = db.session.execute(
                 text(
                     "SELECT DISTINCT jsonb_object_keys(metrics) FROM metrics "
                     'WHERE trial_id = :t AND "group" = :g'
                 ),
                 {"t": trial_id, "g": group},
             ).scalars()
-            names = set(rows)
+            names: set[str] = set(rows)
         else:
             names = set()
-            for (m,) in db.session.execute(
+            m: dict[str, Any]
+            for m in db.session.execute(
                 select(Metric.metrics).where(Metric.trial_id == trial_id, Metric.group == group)
-            ).all():
+            ).scalars():
                 names.update(m)
         out[group] = sorted(names)
     return out
@@ -274,7 +276,7 @@ def metric_series(
         .where(Metric.trial_id == trial_id, Metric.group == group)
         .order_by(Metric.steps_completed, Metric.id)
     )
-    for steps, metrics in db.session.execute(q).all():
+    for steps, metrics in db.session.execute(q).tuples():
         for name in names:
             v = metrics.get(name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
