@@ -9,6 +9,7 @@ from harness.api.client import Client
 from harness.cli._common import (
     Cli,
     CliError,
+    Column,
     add_json_flag,
     percent,
     print_fields,
@@ -80,7 +81,7 @@ def page_url(master: str, exp_id: int) -> str:
     return f"{master.rstrip('/')}/experiments/{exp_id}"
 
 
-EXP_COLUMNS = [
+EXP_COLUMNS: list[Column] = [
     ("ID", "id"),
     ("NAME", "name"),
     ("STATE", "state"),
@@ -93,7 +94,7 @@ EXP_COLUMNS = [
     ("ENDED", lambda e: when(e.get("ended_at"))),
 ]
 
-TRIAL_COLUMNS = [
+TRIAL_COLUMNS: list[Column] = [
     ("ID", "id"),
     ("STATE", lambda t: t.get("display_state") or t.get("state")),
     ("STEPS", "steps_completed"),

@@ -16,7 +16,7 @@ def _policy_args(args: argparse.Namespace) -> dict[str, int]:
     return {k: getattr(args, k) for k in POLICY_FLAGS if getattr(args, k) is not None}
 
 
-def _print_plan(cli: Cli, client, plan: dict) -> None:  # type: ignore[no-untyped-def]
+def _print_plan(cli: Cli, client, plan: dict) -> None:
     p = plan["policy"]
     cli.out.write(
         f"Policy: save_experiment_best={p['save_experiment_best']} "

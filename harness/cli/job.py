@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from harness.cli._common import Cli, CliError, add_json_flag, print_json, print_table, when
+from harness.cli._common import Cli, CliError, Column, add_json_flag, print_json, print_table, when
 
-JOB_COLUMNS = [
+JOB_COLUMNS: list[Column] = [
     ("POS", "position"),
     ("AHEAD", "jobs_ahead"),
     ("JOB", "job_id"),

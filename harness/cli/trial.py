@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from harness.cli._common import Cli, add_json_flag, percent, print_fields, print_json, print_table
 from harness.cli._follow import print_log_line
@@ -13,7 +14,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     trial = client.get_trial(args.id)
     metrics = client.trial_metrics(args.id, group="validation") if args.metrics else None
     if args.json:
-        out = {"trial": trial}
+        out: dict[str, Any] = {"trial": trial}
         if metrics is not None:
             out["metrics"] = metrics
         print_json(cli, out)

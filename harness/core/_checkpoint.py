@@ -124,13 +124,14 @@ class CheckpointContext:
         with tempfile.TemporaryDirectory(prefix="det-ckpt-meta-") as tmp:
             (Path(tmp) / METADATA_FILE).write_text(json.dumps(meta, indent=2))
             storage.upload(Path(tmp), uuid, {METADATA_FILE})
-        if self._client is None or self._trial_id is None:
+        client, trial_id = self._client, self._trial_id
+        if client is None or trial_id is None:
             logger.info("checkpoint %s stored at %s", uuid, storage.location(uuid))
             return
         resources = self._resources(uuid)
         _register_through_outages(
-            lambda: self._client.report_checkpoint(  # type: ignore[union-attr]
-                uuid, self._trial_id, meta["steps_completed"], meta, resources
+            lambda: client.report_checkpoint(
+                uuid, trial_id, meta["steps_completed"], meta, resources
             ),
             uuid,
         )

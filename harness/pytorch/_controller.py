@@ -363,7 +363,7 @@ class _Controller:
             m.eval()
             if hasattr(m, "require_forward_param_sync"):
                 # DDP would broadcast buffers in forward; workers may have unequal batch counts.
-                m.require_forward_param_sync = False
+                m.require_forward_param_sync = False  # type: ignore[assignment]
         sums: dict[str, list[float]] = {}
         weights: dict[str, list[float]] = {}
         device = None if self._on_cpu else self.context.device
@@ -373,7 +373,7 @@ class _Controller:
                     if device is not None:
                         batch = to_device(batch, device)
                     out = (
-                        self.trial.evaluate_batch(batch, idx)
+                        self.trial.evaluate_batch(batch, idx)  # type: ignore[call-arg]
                         if self._eval_takes_idx
                         else self.trial.evaluate_batch(batch)
                     )
@@ -390,9 +390,9 @@ class _Controller:
             parts = self.dist.allgather((sums, weights))
         all_sums: dict[str, list[float]] = {}
         all_weights: dict[str, list[float]] = {}
-        for s, w in parts:
-            all_sums = merge_lists(all_sums, s)
-            all_weights = merge_lists(all_weights, w)
+        for part_sums, part_weights in parts:
+            all_sums = merge_lists(all_sums, part_sums)
+            all_weights = merge_lists(all_weights, part_weights)
         metrics = {k: math.fsum(v) / math.fsum(all_weights[k]) for k, v in sorted(all_sums.items())}
         for r in reducers:
             own = r.reducer.per_slot_reduce()
@@ -429,5 +429,5 @@ def build_trial(trial_class: type[PyTorchTrial], context: PyTorchTrialContext) -
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
     if len(params) >= 2:
-        return trial_class(context, context.get_hparams())  # type: ignore[call-arg]
+        return trial_class(context, context.get_hparams())
     return trial_class(context)

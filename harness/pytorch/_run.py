@@ -23,8 +23,9 @@ def run_trial(
     latest_checkpoint: str | None = None,
     checkpoint_dir: str | os.PathLike[str] | None = None,
     distributed: DistributedContext | None = None,
-) -> TrialResult:
+) -> TrialResult | None:
     """Train `trial_class` as the searcher asks: on a cluster, or locally to debug and test.
+    None when the trial raised InvalidHP (reported to the master as an early exit).
 
     On a cluster everything comes from the `DET_*` environment (the arguments are ignored).
     Off-cluster: `hparams`, `config` (an experiment config as a dict), one searcher operation of
@@ -39,6 +40,9 @@ def run_trial(
         from harness.core._distributed import from_env
 
         dist = from_env()
+    seed: int | None
+    trial_id: int | None
+    exp_id: int | None
     if info is not None:
         hp, cfg = dict(info.trial.hparams), dict(info.trial.config)
         seed, latest = info.trial.trial_seed, info.latest_checkpoint
@@ -79,3 +83,4 @@ def run_trial(
             latest_checkpoint=latest,
         )
         return controller.run()
+    return None  # InvalidHP: core's exit reported it as an early exit

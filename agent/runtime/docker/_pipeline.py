@@ -9,7 +9,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.runtime import AGENT_LINE_PREFIX, Allocation, RuntimeContext
 from agent.runtime.docker._common import (
@@ -27,6 +27,7 @@ from agent.runtime.docker._logpos import (
     iso_us,
     parse_ts,
 )
+from detlab.protocol import ExitCause
 
 
 class LogPipeline:
@@ -41,6 +42,18 @@ class LogPipeline:
     _sink_ts: bool
     _tap: bool
     _delivery: Any
+    # ... and by Runtime and DockerRuntime.
+    _lock: threading.RLock
+    _errors: Any
+    if TYPE_CHECKING:
+
+        def _exited(
+            self,
+            rec: Allocation,
+            exit_code: int,
+            error: str | None = None,
+            cause: ExitCause | None = None,
+        ) -> None: ...
 
     def _emit(self, aid: str, stream: str, iso: str, line: str, pos: LogPos) -> None:
         with self._log_lock:
@@ -64,7 +77,7 @@ class LogPipeline:
             self._save(st)
 
     def _on_delivered(self, lines: list[dict[str, Any]]) -> None:
-        touched: dict[str, _LogState] = {}
+        touched: dict[int, _LogState] = {}
         with self._log_lock:
             for entry in lines:
                 st = self._logs.get(str(entry.get("allocation_id")))
