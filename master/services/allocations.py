@@ -12,6 +12,7 @@ from typing import Any
 
 from flask import current_app
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from detlab.protocol import ExitCause
 from master.context import master_state, state_lock
@@ -112,7 +113,7 @@ def bump_allocation_generation() -> None:
     db.session.info["det_alloc_changed"] = True
 
 
-def after_commit(session) -> None:  # type: ignore[no-untyped-def]
+def after_commit(session: Session) -> None:
     """SQLAlchemy `after_commit` hook (registered by the app factory)."""
     if session.info.pop("det_alloc_changed", False):
         master_state().allocation_generation += 1

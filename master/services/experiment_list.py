@@ -6,6 +6,7 @@ One query builder, so a filter means the same everywhere: states, owner, a name 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import defer, selectinload
@@ -60,7 +61,7 @@ def _filtered(stmt: Select, q: ExperimentQuery) -> Select:
     return stmt
 
 
-def _order(q: ExperimentQuery):  # type: ignore[no-untyped-def]
+def _order(q: ExperimentQuery) -> list[Any]:
     if q.sort not in SORT_KEYS:
         raise BadRequest(
             f"unknown sort key {q.sort!r}; expected one of {', '.join(SORT_KEYS)}", path="sort"
