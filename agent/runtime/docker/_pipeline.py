@@ -8,8 +8,9 @@ import json
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.runtime import AGENT_LINE_PREFIX, Allocation, RuntimeContext
 from agent.runtime.docker._common import (
@@ -27,7 +28,6 @@ from agent.runtime.docker._logpos import (
     iso_us,
     parse_ts,
 )
-from detlab.protocol import ExitCause
 
 
 class LogPipeline:
@@ -45,15 +45,7 @@ class LogPipeline:
     # ... and by Runtime and DockerRuntime.
     _lock: threading.RLock
     _errors: Any
-    if TYPE_CHECKING:
-
-        def _exited(
-            self,
-            rec: Allocation,
-            exit_code: int,
-            error: str | None = None,
-            cause: ExitCause | None = None,
-        ) -> None: ...
+    _exited: Callable[..., None]  # Runtime._exited
 
     def _emit(self, aid: str, stream: str, iso: str, line: str, pos: LogPos) -> None:
         with self._log_lock:
