@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import overload
+from typing import Any, cast, overload
 
 from flask import current_app
 from sqlalchemy import select
@@ -245,10 +245,10 @@ def _busy_agents(agent_ids: list[str]) -> set[str]:
         select(Allocation.agent_id, Allocation.containers).where(
             Allocation.state.in_(LIVE_ALLOCATION)
         )
-    ).tuples()
+    ).all()
     out = set(held)
     wanted = set(agent_ids)
-    for agent_id, containers in live:
+    for agent_id, containers in cast("list[tuple[str, dict[str, Any] | None]]", live):
         for a in {agent_id, *(containers or {})}:
             if a in wanted:
                 out.add(a)

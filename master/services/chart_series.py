@@ -11,6 +11,7 @@ million rows). Short series (and SQLite) always get `metric_series`' exact answe
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 from sqlalchemy import ScalarResult, text
 
@@ -115,7 +116,10 @@ def chart_series(
     if exact:
         return {n: _envelope(trial_id, group, n, max_points) for n in names}, "minmax"
     out: dict[str, dict[str, list]] = {n: {"steps": [], "values": []} for n in names}
-    rows = db.session.execute(_SAMPLE_SQL, {"t": trial_id, "g": group, "n": max_points}).tuples()
+    rows = cast(
+        "list[tuple[int, dict[str, Any]]]",
+        db.session.execute(_SAMPLE_SQL, {"t": trial_id, "g": group, "n": max_points}).all(),
+    )
     for steps, metrics in rows:
         for name in names:
             v = metrics.get(name)
@@ -129,9 +133,12 @@ def chart_series(
 def _envelope(trial_id: int, group: str, name: str, max_points: int) -> dict[str, list]:
     steps: list[int] = []
     values: list[float] = []
-    rows = db.session.execute(
-        _ENVELOPE_SQL, {"t": trial_id, "g": group, "name": name, "b": max(1, max_points // 2)}
-    ).tuples()
+    rows = cast(
+        "list[tuple[Any, list[Any], list[Any]]]",
+        db.session.execute(
+            _ENVELOPE_SQL, {"t": trial_id, "g": group, "name": name, "b": max(1, max_points // 2)}
+        ).all(),
+    )
     for _k, lo, hi in rows:
         for step, value in sorted({(lo[1], lo[0]), (hi[1], hi[0])}):
             steps.append(int(step))

@@ -276,13 +276,14 @@ def metric_series(
         .where(Metric.trial_id == trial_id, Metric.group == group)
         .order_by(Metric.steps_completed, Metric.id)
     )
-    for steps, metrics in db.session.execute(q).tuples():
+    rows = cast("list[tuple[int, dict[str, Any]]]", db.session.execute(q).all())
+    for step, metrics in rows:
         for name in names:
             v = metrics.get(name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 continue
             s = series[name]
-            s[0].append(steps)
+            s[0].append(step)
             s[1].append(float(v))
     out: dict[str, dict[str, list]] = {}
     downsampled = False
