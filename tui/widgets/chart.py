@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -143,7 +143,7 @@ def _x_axis(x0: float, x1: float, gutter: int, plot_w: int) -> Text:
     return Text(axis, "dim")
 
 
-def _line(a: tuple[int, int], b: tuple[int, int], plot) -> None:  # type: ignore[no-untyped-def]
+def _line(a: tuple[int, int], b: tuple[int, int], plot: Callable[[int, int], None]) -> None:
     """Bresenham from a to b."""
     (x0, y0), (x1, y1) = a, b
     dx, dy = abs(x1 - x0), -abs(y1 - y0)
