@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from rich.text import Text
 from textual.widget import Widget
@@ -102,7 +103,7 @@ def _plot(
             if prev is None:
                 plot(*cur, s.color)
             else:
-                _line(prev, cur, lambda a, b, c=s.color: plot(a, b, c))
+                _line(prev, cur, partial(plot, color=s.color))
             prev = cur
     return cells, owner
 
