@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, Response, jsonify
 
 from master.api._util import float_arg, json_body
 from master.auth import principal
@@ -28,7 +28,7 @@ def _own(alloc_id: str) -> Allocation:
 
 
 @bp.get("/allocations/<alloc_id>/preemption")
-def preemption(alloc_id: str):  # type: ignore[no-untyped-def]
+def preemption(alloc_id: str) -> Response:
     timeout = float_arg("timeout", 30.0, 0.0, 60.0)
     seen = hub().version(preempt_key(alloc_id))
     alloc = _own(alloc_id)
@@ -42,13 +42,13 @@ def preemption(alloc_id: str):  # type: ignore[no-untyped-def]
 
 
 @bp.post("/allocations/<alloc_id>/ack_preemption")
-def ack(alloc_id: str):  # type: ignore[no-untyped-def]
+def ack(alloc_id: str) -> Response:
     _own(alloc_id)  # the harness acknowledges; the exit that follows is what the master acts on
     return jsonify({})
 
 
 @bp.post("/allocations/<alloc_id>/rendezvous")
-def post_rendezvous(alloc_id: str):  # type: ignore[no-untyped-def]
+def post_rendezvous(alloc_id: str) -> Response:
     alloc = _own(alloc_id)
     body = json_body()
     rank, addr, port = body.get("container_rank"), body.get("addr"), body.get("port", 0)
