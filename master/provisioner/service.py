@@ -188,8 +188,9 @@ def _reconcile_launching(
 def _follow_agent(
     row: Instance, agent: Agent | None, busy: bool, now: datetime, silent: timedelta
 ) -> None:
-    """A live instance follows its agent: connected (RUNNING) or not (STARTING), busy when,
-    and gone when interrupted and silent."""
+    """A live instance follows its agent: RUNNING while the agent is connected (else STARTING),
+    marked busy while it runs something, and its trials requeued once an interrupted instance's
+    agent goes silent."""
     if (
         row.interrupted_at is not None
         and agent is not None
