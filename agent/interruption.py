@@ -50,7 +50,7 @@ class InterruptionWatcher:
     def __init__(
         self,
         url: str,
-        on_notice: Callable[[str], None],
+        on_notice: Callable[[str], object],
         stopping: threading.Event,
         interval: float = 5.0,
     ) -> None:

@@ -310,7 +310,7 @@ class Action:
     def parse(cls, body: object, path: str) -> Action:
         d = _obj(body, path)
         try:
-            kind = ActionType(d.get("type"))
+            kind = ActionType(d.get("type", ""))
         except ValueError:
             raise ProtocolError(f"unknown action {d.get('type')!r}", f"{path}.type") from None
         if kind == ActionType.START:

@@ -211,8 +211,8 @@ class Experiment:
                 prev = latest.get(c.trial_id)
                 if prev is None or (c.steps_completed or 0) > (prev.steps_completed or 0):
                     latest[c.trial_id] = c
-        ranked = sorted(latest.values(), key=lambda c: best[c.trial_id], reverse=not smaller)
-        return ranked[:limit]
+        ranked = sorted(latest, key=lambda trial_id: best[trial_id], reverse=not smaller)
+        return [latest[trial_id] for trial_id in ranked[:limit]]
 
     def top_checkpoint(self, smaller_is_better: bool | None = None) -> Checkpoint:
         top = self.top_n_checkpoints(1, smaller_is_better)
@@ -343,7 +343,7 @@ class Determined:
             text = Path(config).read_text()
         else:
             text = str(config)
-        model_def = build_model_def(model_dir) if model_dir is not None else None
+        model_def = build_model_def(Path(model_dir)) if model_dir is not None else None
         raw = self._client.create_experiment(text, model_def, activate=activate)
         return Experiment(self._client, int(raw["id"]))
 

@@ -9,6 +9,7 @@ background work (the scheduling kicker and the APScheduler jobs).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from flask import Flask
 from sqlalchemy import event
@@ -122,7 +123,7 @@ def _grace_for_agents() -> None:
     db.session.commit()
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _sqlite_pragmas(dbapi_conn: Any, _record: object) -> None:
     # WAL lets readers run while a writer commits; busy_timeout waits instead of failing.
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
@@ -20,7 +21,7 @@ from master.services.scheduling import schedule_pass
 log = logging.getLogger("detlab.jobs")
 
 
-def _in_app(app: Flask, fn):  # type: ignore[no-untyped-def]
+def _in_app(app: Flask, fn: Callable[[], object]) -> Callable[[], None]:
     def run() -> None:
         try:
             with app.app_context():

@@ -17,10 +17,9 @@ def ensure_admin() -> None:
     """Create `admin` once, with DET_ADMIN_PASSWORD or a generated password printed once."""
     if db.session.execute(select(User.id).limit(1)).first() is not None:
         return
-    password = os.environ.get("DET_ADMIN_PASSWORD")
-    generated = not password
-    if generated:
-        password = secrets.token_urlsafe(12)
+    given = os.environ.get("DET_ADMIN_PASSWORD")
+    generated = not given
+    password = given or secrets.token_urlsafe(12)
     db.session.add(User(username="admin", password_hash=hash_password(password), admin=True))
     db.session.commit()
     if generated:

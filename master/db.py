@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, ClassVar
 
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy import BigInteger, Integer, MetaData
+from sqlalchemy import BigInteger, Integer, MetaData, Table
 from sqlalchemy.orm import DeclarativeBase
 
 # Stable constraint names so Alembic migrations can alter them on every backend.
@@ -20,6 +21,8 @@ NAMING = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
+    if TYPE_CHECKING:  # every model maps one table (for `Model.__table__.insert()`)
+        __table__: ClassVar[Table]
 
 
 db = SQLAlchemy(model_class=Base)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 
-from flask import Flask, jsonify
+from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from detlab.expconf import ConfigError
@@ -92,7 +92,7 @@ def _driver_unavailable(e: BaseException) -> bool:
     return isinstance(e, psycopg2.OperationalError | psycopg2.InterfaceError)
 
 
-def _body(status: int, code: str, message: str, path: str | None = None):  # type: ignore[no-untyped-def]
+def _body(status: int, code: str, message: str, path: str | None = None) -> Response:
     err: dict[str, str] = {"code": code, "message": message}
     if path is not None:
         err["path"] = path
@@ -103,22 +103,22 @@ def _body(status: int, code: str, message: str, path: str | None = None):  # typ
 
 def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(APIError)
-    def _api(e: APIError):  # type: ignore[no-untyped-def]
+    def _api(e: APIError) -> Response:
         resp = _body(e.status, e.code, e.message, e.path)
         if isinstance(e, TooManyRequests):
             resp.headers["Retry-After"] = str(e.retry_after)
         return resp
 
     @app.errorhandler(ConfigError)
-    def _config(e: ConfigError):  # type: ignore[no-untyped-def]
+    def _config(e: ConfigError) -> Response:
         return _body(400, "validation", str(e), e.path)
 
     @app.errorhandler(IllegalTransition)
-    def _transition(e: IllegalTransition):  # type: ignore[no-untyped-def]
+    def _transition(e: IllegalTransition) -> Response:
         return _body(409, "conflict", str(e))
 
     @app.errorhandler(HTTPException)
-    def _http(e: HTTPException):  # type: ignore[no-untyped-def]
+    def _http(e: HTTPException) -> Response:
         code = {
             400: "validation",
             401: "unauthenticated",
@@ -131,7 +131,7 @@ def register_error_handlers(app: Flask) -> None:
         return _body(e.code or 500, code, e.description or e.name)
 
     @app.errorhandler(Exception)
-    def _internal(e: Exception):  # type: ignore[no-untyped-def]
+    def _internal(e: Exception) -> Response:
         if database_unavailable(e):
             return _database_away(e)
         log.exception("unhandled error")

@@ -47,9 +47,10 @@ def parse_limits(raw: Any) -> ThrottleLimits:
             raise ValueError(f"login_throttle.{key} must be a positive number, got {value!r}")
         if key.startswith("max_") and int(value) != value:
             raise ValueError(f"login_throttle.{key} must be a whole number, got {value!r}")
-    return ThrottleLimits(
-        **{k: (int(v) if k.startswith("max_") else float(v)) for k, v in raw.items()}
-    )
+    kwargs: dict[str, Any] = {
+        k: (int(v) if k.startswith("max_") else float(v)) for k, v in raw.items()
+    }
+    return ThrottleLimits(**kwargs)
 
 
 @dataclass(frozen=True)

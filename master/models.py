@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
@@ -32,6 +32,11 @@ from detlab.protocol import ExitCause
 from master.db import BigIntPK, db, utcnow
 from master.states import AgentState, AllocationState, State
 
+if TYPE_CHECKING:  # mypy cannot follow Flask-SQLAlchemy's generated db.Model; it is a Base
+    from master.db import Base as _DbModel
+else:
+    _DbModel = db.Model
+
 # JSONB on PostgreSQL (compact, indexable), plain JSON text elsewhere.
 JSONType = JSON().with_variant(JSONB(), "postgresql")
 TZ = DateTime(timezone=True)
@@ -49,7 +54,7 @@ def _state_column(enum: type[StrEnum], length: int) -> Enum:
     )
 
 
-class User(db.Model):
+class User(_DbModel):
     __tablename__ = "users"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     username: Mapped[str] = mapped_column(String(128), unique=True)
@@ -67,7 +72,7 @@ class User(db.Model):
         }
 
 
-class AuthToken(db.Model):
+class AuthToken(_DbModel):
     """A bearer token: a user's login session, or one allocation's session token."""
 
     __tablename__ = "auth_tokens"
@@ -80,7 +85,7 @@ class AuthToken(db.Model):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
-class Agent(db.Model):
+class Agent(_DbModel):
     __tablename__ = "agents"
     id: Mapped[str] = mapped_column(String(128), primary_key=True)
     state: Mapped[AgentState] = mapped_column(
@@ -101,7 +106,7 @@ class Agent(db.Model):
     )
 
 
-class Slot(db.Model):
+class Slot(_DbModel):
     __tablename__ = "slots"
     __table_args__ = (UniqueConstraint("agent_id", "index", name="uq_slots_agent_index"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -119,7 +124,7 @@ class Slot(db.Model):
     agent: Mapped[Agent] = relationship(back_populates="slots")
 
 
-class Experiment(db.Model):
+class Experiment(_DbModel):
     __tablename__ = "experiments"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(512))
@@ -151,7 +156,7 @@ class Experiment(db.Model):
     )
 
 
-class Trial(db.Model):
+class Trial(_DbModel):
     __tablename__ = "trials"
     __table_args__ = (UniqueConstraint("experiment_id", "request_id", name="uq_trials_request"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -179,7 +184,7 @@ class Trial(db.Model):
     experiment: Mapped[Experiment] = relationship(back_populates="trials")
 
 
-class Allocation(db.Model):
+class Allocation(_DbModel):
     """One attempt to run a trial: a set of slots and the process(es) on them."""
 
     __tablename__ = "allocations"
@@ -205,7 +210,7 @@ class Allocation(db.Model):
     trial: Mapped[Trial] = relationship()
 
 
-class Metric(db.Model):
+class Metric(_DbModel):
     __tablename__ = "metrics"
     __table_args__ = (
         Index("ix_metrics_trial_group_steps", "trial_id", "group", "steps_completed"),
@@ -221,7 +226,7 @@ class Metric(db.Model):
     superseded: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
-class ModelDefChunk(db.Model):
+class ModelDefChunk(_DbModel):
     """One MiB of an experiment's model definition (.tar.gz), so it streams both ways."""
 
     __tablename__ = "model_def_chunks"
@@ -232,7 +237,7 @@ class ModelDefChunk(db.Model):
     data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-class MetricBatch(db.Model):
+class MetricBatch(_DbModel):
     """A stored batch of metric reports: a retried batch (lost reply) is recognised by its id."""
 
     __tablename__ = "metric_batches"
@@ -243,7 +248,7 @@ class MetricBatch(db.Model):
     stored_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
 
 
-class Checkpoint(db.Model):
+class Checkpoint(_DbModel):
     __tablename__ = "checkpoints"
     uuid: Mapped[str] = mapped_column(String(64), primary_key=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
@@ -263,7 +268,7 @@ class Checkpoint(db.Model):
     next_delete_at: Mapped[datetime | None] = mapped_column(TZ)
 
 
-class TaskLog(db.Model):
+class TaskLog(_DbModel):
     """One line of trial output; `id` is the sequence number clients follow with `?after=`."""
 
     __tablename__ = "task_logs"
@@ -277,7 +282,7 @@ class TaskLog(db.Model):
     line: Mapped[str] = mapped_column(Text)
 
 
-class StateChange(db.Model):
+class StateChange(_DbModel):
     """Why each entity changed state: written by `master.services.transitions` alone."""
 
     __tablename__ = "state_changes"
@@ -303,7 +308,7 @@ class StateChange(db.Model):
         }
 
 
-class ConfigTemplate(db.Model):
+class ConfigTemplate(_DbModel):
     """A named experiment-config fragment merged under configs at submit time (templates)."""
 
     __tablename__ = "config_templates"
@@ -313,7 +318,7 @@ class ConfigTemplate(db.Model):
     updated_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
 
 
-class Model(db.Model):
+class Model(_DbModel):
     """A registered model: a name with numbered versions, each pointing at a checkpoint."""
 
     __tablename__ = "models"
@@ -330,7 +335,7 @@ class Model(db.Model):
     owner: Mapped[User | None] = relationship()
 
 
-class ModelVersion(db.Model):
+class ModelVersion(_DbModel):
     """Version N of a model. The checkpoint's record (and where its files are) is copied in, so
     the version outlives its experiment's rows; GC never deletes a registered checkpoint."""
 
@@ -354,7 +359,7 @@ class ModelVersion(db.Model):
     owner: Mapped[User | None] = relationship()
 
 
-class ModelAlias(db.Model):
+class ModelAlias(_DbModel):
     """A movable name (`production`, `candidate`, ...) for one version of a model."""
 
     __tablename__ = "model_aliases"
@@ -367,7 +372,7 @@ class ModelAlias(db.Model):
     updated_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
 
 
-class ModelAliasEvent(db.Model):
+class ModelAliasEvent(_DbModel):
     """Every move of an alias: from which version to which, by whom, when."""
 
     __tablename__ = "model_alias_events"
@@ -380,7 +385,7 @@ class ModelAliasEvent(db.Model):
     at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
 
 
-class ProvisionerPool(db.Model):
+class ProvisionerPool(_DbModel):
     """A resource pool with a cloud provider: its tag, and the last launch error (with backoff)."""
 
     __tablename__ = "provisioner_pools"
@@ -393,7 +398,7 @@ class ProvisionerPool(db.Model):
     backoff_until: Mapped[datetime | None] = mapped_column(TZ)
 
 
-class Instance(db.Model):
+class Instance(_DbModel):
     """A cloud instance launched for a pool (master/provisioner); kept for history and display.
 
     The cloud is the source of truth for what exists; this row carries what the cloud does not:

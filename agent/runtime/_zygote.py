@@ -132,16 +132,16 @@ def _become_trial(job: dict[str, Any]) -> None:
     sys.path_importer_cache.clear()
     # Unbuffered, as PYTHONUNBUFFERED makes a fresh interpreter: lines reach the log at once.
     encoding = job["env"].get("PYTHONIOENCODING") or "utf-8"
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(  # type: ignore[misc]  # final in typeshed
         io.FileIO(1, "wb", closefd=False), encoding=encoding, write_through=True
     )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(  # type: ignore[misc]  # final in typeshed
         io.FileIO(2, "wb", closefd=False),
         encoding=encoding,
         errors="backslashreplace",
         write_through=True,
     )
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(  # type: ignore[misc]  # final in typeshed
         io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding=encoding
     )
 

@@ -11,7 +11,7 @@ from detlab.expconf._errors import ConfigError
 _Base: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _StrictLoader(_Base):  # type: ignore[misc,valid-type]
+class _StrictLoader(_Base):
     """A SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last)."""
 
 

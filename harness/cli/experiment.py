@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.api.client import Client
@@ -232,7 +233,7 @@ def preview_search(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
-def _action(name: str, past: str):  # noqa: ANN202 - returns a handler
+def _action(name: str, past: str) -> Callable[[Cli, argparse.Namespace], int]:
     def handler(cli: Cli, args: argparse.Namespace) -> int:
         exp = getattr(cli.client(), f"{name}_experiment")(args.id)
         cli.out.write(f"{past} experiment {args.id} (now {exp.get('state')})\n")

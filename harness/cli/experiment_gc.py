@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from harness.api import NotFound
+from harness.api.client import Client
 from harness.cli._common import Cli, add_json_flag, print_json, print_table, size
 from harness.cli.checkpoint import confirm
 
@@ -16,7 +17,7 @@ def _policy_args(args: argparse.Namespace) -> dict[str, int]:
     return {k: getattr(args, k) for k in POLICY_FLAGS if getattr(args, k) is not None}
 
 
-def _print_plan(cli: Cli, client, plan: dict) -> None:  # type: ignore[no-untyped-def]
+def _print_plan(cli: Cli, client: Client, plan: dict) -> None:
     p = plan["policy"]
     cli.out.write(
         f"Policy: save_experiment_best={p['save_experiment_best']} "

@@ -89,15 +89,14 @@ class CheckpointContext:
         with tempfile.TemporaryDirectory(prefix="det-ckpt-meta-") as tmp:
             (Path(tmp) / METADATA_FILE).write_text(json.dumps(meta, indent=2))
             storage.upload(Path(tmp), uuid, {METADATA_FILE})
-        if self._client is None or self._trial_id is None:
+        client, trial_id = self._client, self._trial_id
+        if client is None or trial_id is None:
             logger.info("checkpoint %s stored at %s", uuid, storage.location(uuid))
             return
         resources = self._resources(uuid)
         # Rides out a master restart (the session's DET_MASTER_OUTAGE_S): a repeat of a
         # registration that landed (its reply lost) answers the stored record.
-        self._client.report_checkpoint(
-            uuid, self._trial_id, meta["steps_completed"], meta, resources
-        )
+        client.report_checkpoint(uuid, trial_id, meta["steps_completed"], meta, resources)
         logger.info("checkpoint %s registered (%d files)", uuid, len(resources))
 
     def _resources(self, uuid: str) -> dict[str, int]:

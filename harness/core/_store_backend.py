@@ -35,7 +35,7 @@ class StoreBackend:
         self._seq += 1
         base = f"det/{self._seq}"
         if self.rank in writers:
-            self._store.set(f"{base}/{self.rank}", pickle.dumps(obj))
+            self._store.set(f"{base}/{self.rank}", pickle.dumps(obj))  # type: ignore[arg-type]
         out = None
         if self.rank in readers:
             out = [pickle.loads(self._store.get(f"{base}/{r}")) for r in writers]

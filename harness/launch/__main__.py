@@ -56,7 +56,7 @@ def _run_trial(entrypoint: str) -> int:
 
     try:
         cls = load_trial_class(entrypoint)
-        from harness.pytorch._controller import run_trial
+        from harness.pytorch._run import run_trial
 
         run_trial(cls)
     except KeyboardInterrupt:

@@ -135,8 +135,8 @@ def plan_workers(nproc: int | None = None, env: Mapping[str, str] | None = None)
     crank = int(env.get("DET_CONTAINER_RANK") or 0)
     timeout = datetime.timedelta(seconds=RENDEZVOUS_TIMEOUT)
     if nnodes <= 1:
-        store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
-        return Workers(nproc, 0, nproc, 0, 1, "127.0.0.1", store.port, store)
+        local = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
+        return Workers(nproc, 0, nproc, 0, 1, "127.0.0.1", local.port, local)
     master_url = env.get("DET_MASTER", "")
     addr = my_address(master_url)
     store = None
@@ -242,7 +242,7 @@ def _supervise(
     first_clean: float | None = None
     while True:
         codes = [p.poll() for p in procs]
-        failed = [(i, c) for i, c in enumerate(codes) if c not in (None, 0)]
+        failed = [(i, c) for i, c in enumerate(codes) if c is not None and c != 0]
         if failed:
             i, code = failed[0]
             if stopping["signal"] is None:

@@ -14,9 +14,11 @@ Or Determined 0.38's Trainer API in a script (`entrypoint: python3 train.py`): s
 """
 
 from harness.pytorch._context import PyTorchTrialContext
-from harness.pytorch._controller import TrialResult, run_trial, to_batches
+from harness.pytorch._controller import TrialResult
 from harness.pytorch._data import DataLoader
 from harness.pytorch._hooks import MetricReducer, PyTorchCallback
+from harness.pytorch._lengths import to_batches
+from harness.pytorch._run import run_trial
 from harness.pytorch._trainer import Batch, Epoch, Trainer, TrainUnit, init
 from harness.pytorch._trial import LRScheduler, PyTorchTrial, TorchData
 

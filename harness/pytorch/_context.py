@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -23,6 +23,8 @@ class PyTorchTrialContext:
     training (`DistributedDataParallel` when the trial has several workers), and saved in and
     restored from checkpoints by the harness.
     """
+
+    _epoch_start: bool  # set by the training loop (is_epoch_start)
 
     def __init__(
         self,
@@ -195,7 +197,9 @@ class PyTorchTrialContext:
 
 
 def unwrap(model: nn.Module) -> nn.Module:
-    return model.module if hasattr(model, "module") and hasattr(model, "process_group") else model
+    if hasattr(model, "module") and hasattr(model, "process_group"):  # DistributedDataParallel
+        return cast(nn.Module, model.module)
+    return model
 
 
 def _default_device(local_rank: int) -> torch.device:

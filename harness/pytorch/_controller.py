@@ -28,30 +28,27 @@ resumed reports exactly the metrics of one that never stopped.
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import math
 import os
-import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-import harness
 from harness.core import Context as CoreContext
 from harness.core import DistributedContext, EarlyExitReason
-from harness.pytorch._context import PyTorchTrialContext, to_device, unwrap
+from harness.pytorch import _checkpoints
+from harness.pytorch._context import PyTorchTrialContext, to_device
 from harness.pytorch._data import _Loader, adopt
+from harness.pytorch._lengths import to_batches
+from harness.pytorch._metric_lists import merge_lists, scalar_lists
+from harness.pytorch._rng import set_seeds
 from harness.pytorch._trial import LRScheduler, PyTorchTrial
 
 logger = logging.getLogger("harness.pytorch")
 
-STATE_FILE = "state.pt"
-FORMAT = "harness.pytorch/1"
 PREEMPT_CHECK_EVERY = int(os.environ.get("DET_PREEMPT_CHECK_EVERY", "10"))
 
 
@@ -64,90 +61,6 @@ class TrialResult:
     checkpoints: list[str] = field(default_factory=list)
     batches_trained: int = 0
     preempted: bool = False
-
-
-def to_batches(
-    length: dict[str, int] | int | None,
-    *,
-    unit: str = "batches",
-    global_batch_size: int | None,
-    records_per_epoch: int | None,
-) -> int | None:
-    """A length (`{unit: n}` or n in `unit`) in batches; None stays None."""
-    if length is None:
-        return None
-    if isinstance(length, dict):
-        if not length:
-            return None
-        ((unit, n),) = length.items()
-    else:
-        n = int(length)
-    if unit == "batches":
-        return int(n)
-    if global_batch_size is None:
-        raise ValueError(
-            f"a length in {unit} needs the hyperparameter 'global_batch_size' to become batches"
-        )
-    if unit == "records":
-        return math.ceil(n / global_batch_size)
-    if unit == "epochs":
-        if not records_per_epoch:
-            raise ValueError("a length in epochs needs records_per_epoch in the experiment config")
-        return math.ceil(n * records_per_epoch / global_batch_size)
-    raise ValueError(f"unknown length unit {unit!r} (batches, records or epochs)")
-
-
-def set_seeds(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _scalar_lists(pending: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """Per-batch metric dicts -> {name: [value per batch]} as Python floats (one sync per key)."""
-    out: dict[str, list[float]] = {}
-    if not pending:
-        return out
-    keys: list[str] = []
-    for d in pending:
-        for k in d:
-            if k not in out:
-                out[k] = []
-                keys.append(k)
-    for k in keys:
-        vals = [d[k] for d in pending if k in d]
-        tensors = [v for v in vals if isinstance(v, torch.Tensor)]
-        if len(tensors) == len(vals):
-            out[k] = torch.stack([t.reshape(()).double() for t in tensors]).cpu().tolist()
-        else:
-            out[k] = [float(v.item() if isinstance(v, torch.Tensor) else v) for v in vals]
-    return out
-
-
-def _merge_lists(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str, list[float]]:
-    out = {k: list(v) for k, v in a.items()}
-    for k, v in b.items():
-        out.setdefault(k, []).extend(v)
-    return out
 
 
 class _Controller:
@@ -293,99 +206,127 @@ class _Controller:
     # -- training ---------------------------------------------------------------------------
     def _train_to(self, target: int, op: Any) -> str | None:
         """Train until `target` batches; returns "preempt" / "user_stop" when stopped early."""
-        trial, context, pending = self.trial, self.context, self.pending
-        epoch_len = self.epoch_len
-        batch_scheds = [
-            s for s in context.lr_schedulers if s.step_mode == LRScheduler.StepMode.STEP_EVERY_BATCH
-        ]
-        epoch_scheds = [
-            s for s in context.lr_schedulers if s.step_mode == LRScheduler.StepMode.STEP_EVERY_EPOCH
-        ]
-        flag = self._preempt_flag
-        single = self.dist.size == 1
-        device = None if self._on_cpu else context.device
+        context, epoch_len = self.context, self.epoch_len
+        batch_scheds = self._schedulers(LRScheduler.StepMode.STEP_EVERY_BATCH)
+        epoch_scheds = self._schedulers(LRScheduler.StepMode.STEP_EVERY_EPOCH)
         it = None
         it_epoch = -1
         while self.batches < target:
             epoch, offset = divmod(self.batches, epoch_len)
             if it is None or it_epoch != epoch:
-                it = self.train_loader.epoch(epoch, offset)
+                it = self._open_epoch(epoch, offset)
                 it_epoch = epoch
-                context._epoch_start = offset == 0
-                if offset == 0:
-                    self._call("on_training_epoch_start", epoch)
-            boundary = min(target, (epoch + 1) * epoch_len)
-            for every in (self.report_every, self.val_every, self.ckpt_every, self.preempt_every):
-                if every:
-                    boundary = min(boundary, (self.batches // every + 1) * every)
-            batch_idx = self.batches
-            stopped = None
-            while batch_idx < boundary:
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    raise RuntimeError(
-                        f"the training data loader ran out after {batch_idx - epoch * epoch_len}"
-                        f" batches of epoch {epoch}; it has {epoch_len} per epoch"
-                    ) from None
-                if device is not None:
-                    batch = to_device(batch, device)
-                out = trial.train_batch(batch, epoch, batch_idx)
-                batch_idx += 1
-                if out:
-                    pending.append(
-                        {
-                            k: v.detach() if isinstance(v, torch.Tensor) else v
-                            for k, v in out.items()
-                        }
-                    )
-                for s in batch_scheds:
-                    if batch_idx % s.frequency == 0:
-                        s.step()
-                if flag is not None and flag():
-                    stopped = "preempt"
-                    break
-                if single and context._stop_requested:
-                    stopped = "user_stop"
-                    break
+            batch_idx, stopped = self._train_span(
+                it, epoch, self._span_end(target, epoch), batch_scheds
+            )
             context._epoch_start = False
             self.batches = batch_idx
             if batch_idx % epoch_len == 0:
-                self._call("on_training_epoch_end", batch_idx // epoch_len - 1)
-                for s in epoch_scheds:
-                    if (batch_idx // epoch_len) % s.frequency == 0:
-                        s.step()
+                self._end_epoch(batch_idx // epoch_len, epoch_scheds)
                 it = None
             if stopped == "preempt":
                 self.core.preempt.should_preempt()  # acknowledges the signal
                 return stopped
-            if self.report_every and batch_idx % self.report_every == 0:
-                self._report_training(op, target)
-            if self.val_every and batch_idx % self.val_every == 0 and batch_idx < target:
-                self._validate()
-            if self.ckpt_every and batch_idx % self.ckpt_every == 0:
-                self._checkpoint()
+            self._after_span(op, target)
             if stopped:
                 return stopped
             if self.dist.size > 1 and batch_idx % self.preempt_every == 0:
-                # One collective: the chief's preemption flag and every worker's stop request.
-                chief_flag = self.is_chief and self.core.preempt._chief_flag()
-                parts = self.dist.allgather((chief_flag, context._stop_requested))
-                if parts[0][0]:
-                    self.core.preempt.acknowledge_preemption_signal()
-                    return "preempt"
-                if any(p[1] for p in parts):
-                    return "user_stop"
+                stopped = self._collective_stop()
+                if stopped:
+                    return stopped
+        return None
+
+    def _schedulers(self, mode: Any) -> list[LRScheduler]:
+        return [s for s in self.context.lr_schedulers if s.step_mode == mode]
+
+    def _open_epoch(self, epoch: int, offset: int) -> Any:
+        """The training batches of `epoch` from batch `offset` on."""
+        it = self.train_loader.epoch(epoch, offset)
+        self.context._epoch_start = offset == 0
+        if offset == 0:
+            self._call("on_training_epoch_start", epoch)
+        return it
+
+    def _span_end(self, target: int, epoch: int) -> int:
+        """Where the next span of training stops: the target, the epoch's end or the next
+        report, validation, checkpoint or preemption check, whichever comes first."""
+        boundary = min(target, (epoch + 1) * self.epoch_len)
+        for every in (self.report_every, self.val_every, self.ckpt_every, self.preempt_every):
+            if every:
+                boundary = min(boundary, (self.batches // every + 1) * every)
+        return boundary
+
+    def _train_span(
+        self, it: Any, epoch: int, boundary: int, batch_scheds: list[LRScheduler]
+    ) -> tuple[int, str | None]:
+        """Train batches up to `boundary` (the hot loop: locals only). Returns the batch index
+        reached and "preempt" / "user_stop" when stopped early."""
+        trial, context, pending = self.trial, self.context, self.pending
+        epoch_len = self.epoch_len
+        flag = self._preempt_flag
+        single = self.dist.size == 1
+        device = None if self._on_cpu else context.device
+        batch_idx = self.batches
+        while batch_idx < boundary:
+            try:
+                batch = next(it)
+            except StopIteration:
+                raise RuntimeError(
+                    f"the training data loader ran out after {batch_idx - epoch * epoch_len}"
+                    f" batches of epoch {epoch}; it has {epoch_len} per epoch"
+                ) from None
+            if device is not None:
+                batch = to_device(batch, device)
+            out = trial.train_batch(batch, epoch, batch_idx)
+            batch_idx += 1
+            if out:
+                pending.append(
+                    {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+                )
+            for s in batch_scheds:
+                if batch_idx % s.frequency == 0:
+                    s.step()
+            if flag is not None and flag():
+                return batch_idx, "preempt"
+            if single and context._stop_requested:
+                return batch_idx, "user_stop"
+        return batch_idx, None
+
+    def _end_epoch(self, epochs_done: int, epoch_scheds: list[LRScheduler]) -> None:
+        self._call("on_training_epoch_end", epochs_done - 1)
+        for s in epoch_scheds:
+            if epochs_done % s.frequency == 0:
+                s.step()
+
+    def _after_span(self, op: Any, target: int) -> None:
+        """Report, validate and checkpoint where a span ends on their period."""
+        batch_idx = self.batches
+        if self.report_every and batch_idx % self.report_every == 0:
+            self._report_training(op, target)
+        if self.val_every and batch_idx % self.val_every == 0 and batch_idx < target:
+            self._validate()
+        if self.ckpt_every and batch_idx % self.ckpt_every == 0:
+            self._checkpoint()
+
+    def _collective_stop(self) -> str | None:
+        """One collective: the chief's preemption flag and every worker's stop request."""
+        chief_flag = self.is_chief and self.core.preempt._chief_flag()
+        parts = self.dist.allgather((chief_flag, self.context._stop_requested))
+        if parts[0][0]:
+            self.core.preempt.acknowledge_preemption_signal()
+            return "preempt"
+        if any(p[1] for p in parts):
+            return "user_stop"
         return None
 
     def _report_training(self, op: Any, target: int) -> None:
-        values = _merge_lists(self.carried, _scalar_lists(self.pending))
+        values = merge_lists(self.carried, scalar_lists(self.pending))
         self.pending.clear()
         self.carried = {}
         if self.dist.size > 1:
             merged: dict[str, list[float]] = {}
             for part in self.dist.allgather(values):
-                merged = _merge_lists(merged, part)
+                merged = merge_lists(merged, part)
             values = merged
         n = self.batches - self._b_report
         if not self.is_chief or not values and n == 0:
@@ -422,7 +363,7 @@ class _Controller:
             m.eval()
             if hasattr(m, "require_forward_param_sync"):
                 # DDP would broadcast buffers in forward; workers may have unequal batch counts.
-                m.require_forward_param_sync = False
+                m.require_forward_param_sync = False  # type: ignore[assignment]
         sums: dict[str, list[float]] = {}
         weights: dict[str, list[float]] = {}
         device = None if self._on_cpu else self.context.device
@@ -432,7 +373,7 @@ class _Controller:
                     if device is not None:
                         batch = to_device(batch, device)
                     out = (
-                        self.trial.evaluate_batch(batch, idx)
+                        self.trial.evaluate_batch(batch, idx)  # type: ignore[call-arg]
                         if self._eval_takes_idx
                         else self.trial.evaluate_batch(batch)
                     )
@@ -449,9 +390,9 @@ class _Controller:
             parts = self.dist.allgather((sums, weights))
         all_sums: dict[str, list[float]] = {}
         all_weights: dict[str, list[float]] = {}
-        for s, w in parts:
-            all_sums = _merge_lists(all_sums, s)
-            all_weights = _merge_lists(all_weights, w)
+        for part_sums, part_weights in parts:
+            all_sums = merge_lists(all_sums, part_sums)
+            all_weights = merge_lists(all_weights, part_weights)
         metrics = {k: math.fsum(v) / math.fsum(all_weights[k]) for k, v in sorted(all_sums.items())}
         for r in reducers:
             own = r.reducer.per_slot_reduce()
@@ -473,108 +414,10 @@ class _Controller:
 
     # -- checkpoints ------------------------------------------------------------------------
     def _checkpoint(self) -> None:
-        if self.last_checkpoint_at == self.batches:
-            return
-        own = {
-            "rng": _rng_state(),
-            "pending": _merge_lists(self.carried, _scalar_lists(self.pending)),
-        }
-        self.pending.clear()
-        self.carried = own["pending"]
-        per_rank = self.dist.gather(own) if self.dist.size > 1 else [own]
-        metadata = {
-            "steps_completed": self.batches,
-            "format": FORMAT,
-            "framework": f"torch-{torch.__version__}",
-            "batches_trained": self.batches,
-            "epoch": self.batches // self.epoch_len,
-            "trial_id": self.context.get_trial_id(),
-        }
-        if not self.is_chief:  # shard=False: the chief alone stores (Determined's rule)
-            self.last_checkpoint_at = self.batches
-            return
-        with self.core.checkpoint.store_path(metadata) as (path, uuid):
-            if self.is_chief:
-                assert per_rank is not None
-                state = {
-                    "format": FORMAT,
-                    "batches_trained": self.batches,
-                    "epoch_len": self.epoch_len,
-                    "models": [unwrap(m).state_dict() for m in self.context.models],
-                    "optimizers": [o.state_dict() for o in self.context.optimizers],
-                    "lr_schedulers": [s.state_dict() for s in self.context.lr_schedulers],
-                    "rng": [p["rng"] for p in per_rank],
-                    "pending_metrics": [p["pending"] for p in per_rank],
-                    "last_validation": self.last_validation,
-                    "world_size": self.dist.size,
-                }
-                if hasattr(self.trial, "state_dict"):
-                    state["trial"] = self.trial.state_dict()
-                if self.callbacks:
-                    state["callbacks"] = [cb.state_dict() for cb in self.callbacks]
-                self._call("on_checkpoint_save_start", state)
-                torch.save(state, Path(path) / STATE_FILE)
-                (Path(path) / "load_data.json").write_text(
-                    json.dumps({"trial_type": "PyTorchTrial", "batches_trained": self.batches})
-                )
-        self.last_checkpoint_at = self.batches
-        if self.is_chief:
-            self._call("on_checkpoint_upload_end", uuid)
-            self.result.checkpoints.append(uuid)
-            logger.info("checkpoint %s at batch %d", uuid, self.batches)
+        _checkpoints.store(self)
 
     def _restore(self, uuid: str) -> None:
-        with self.core.checkpoint.restore_path(uuid) as path:
-            state = torch.load(
-                Path(path) / STATE_FILE, map_location=self.context.device, weights_only=False
-            )
-        if state.get("format") != FORMAT:
-            raise RuntimeError(f"checkpoint {uuid} is not a {FORMAT} checkpoint")
-        self._call("on_checkpoint_load_start", state)
-        for cb, sd in zip(self.callbacks, state.get("callbacks") or [], strict=False):
-            cb.load_state_dict(sd)
-        ctx = self.context
-        for what, have, saved in (
-            ("models", ctx.models, state["models"]),
-            ("optimizers", ctx.optimizers, state["optimizers"]),
-            ("lr_schedulers", ctx.lr_schedulers, state["lr_schedulers"]),
-        ):
-            if len(have) != len(saved):
-                raise RuntimeError(
-                    f"checkpoint {uuid} has {len(saved)} {what}, the trial wrapped {len(have)}"
-                )
-        for m, sd in zip(ctx.models, state["models"], strict=True):
-            unwrap(m).load_state_dict(sd)
-        for o, sd in zip(ctx.optimizers, state["optimizers"], strict=True):
-            o.load_state_dict(sd)
-        for s, sd in zip(ctx.lr_schedulers, state["lr_schedulers"], strict=True):
-            s.load_state_dict(sd)
-        if "trial" in state and hasattr(self.trial, "load_state_dict"):
-            self.trial.load_state_dict(state["trial"])
-        self.batches = int(state["batches_trained"])
-        if state.get("epoch_len") != self.epoch_len:
-            logger.warning(
-                "the training data has %s batches per epoch, the checkpoint's had %s: "
-                "the data position is not exact",
-                self.epoch_len,
-                state.get("epoch_len"),
-            )
-        rank = self.dist.rank
-        same_size = state.get("world_size") == self.dist.size
-        rngs, pendings = state["rng"], state["pending_metrics"]
-        if same_size:
-            _set_rng_state(rngs[rank])
-            self.carried = pendings[rank]
-        else:
-            _set_rng_state(rngs[0])
-            merged: dict[str, list[float]] = {}
-            for p in pendings:
-                merged = _merge_lists(merged, p)
-            self.carried = merged if rank == 0 else {}
-        lv = state.get("last_validation")
-        self.last_validation = (int(lv[0]), dict(lv[1])) if lv else None
-        self.last_checkpoint_at = self.batches
-        logger.info("resumed from checkpoint %s at batch %d", uuid, self.batches)
+        _checkpoints.restore(self, uuid)
 
 
 def build_trial(trial_class: type[PyTorchTrial], context: PyTorchTrialContext) -> PyTorchTrial:
@@ -586,73 +429,5 @@ def build_trial(trial_class: type[PyTorchTrial], context: PyTorchTrialContext) -
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
     ]
     if len(params) >= 2:
-        return trial_class(context, context.get_hparams())  # type: ignore[call-arg]
+        return trial_class(context, context.get_hparams())
     return trial_class(context)
-
-
-def run_trial(
-    trial_class: type[PyTorchTrial],
-    *,
-    hparams: dict[str, Any] | None = None,
-    config: dict[str, Any] | None = None,
-    max_length: int | None = None,
-    trial_seed: int | None = None,
-    latest_checkpoint: str | None = None,
-    checkpoint_dir: str | os.PathLike[str] | None = None,
-    distributed: DistributedContext | None = None,
-) -> TrialResult:
-    """Train `trial_class` as the searcher asks: on a cluster, or locally to debug and test.
-
-    On a cluster everything comes from the `DET_*` environment (the arguments are ignored).
-    Off-cluster: `hparams`, `config` (an experiment config as a dict), one searcher operation of
-    `max_length` (in the unit of `config['searcher']['max_length']`; default: its value, else
-    `DET_MAX_LENGTH`; `hparams` and `config` default to `DET_HPARAMS` and `DET_EXPERIMENT_CONFIG`
-    so `python3 -m harness.launch --nproc 2 model_def:MyTrial` works), checkpoints under
-    `checkpoint_dir` (default `./checkpoints`), resuming from `latest_checkpoint` (a uuid there).
-    """
-    info = harness.get_cluster_info()
-    dist = distributed
-    if dist is None:
-        from harness.core._distributed import from_env
-
-        dist = from_env()
-    if info is not None:
-        hp, cfg = dict(info.trial.hparams), dict(info.trial.config)
-        seed, latest = info.trial.trial_seed, info.latest_checkpoint
-        trial_id, exp_id = info.trial.trial_id, info.trial.experiment_id
-        storage = None
-    else:
-        if hparams is None:
-            hparams = json.loads(os.environ.get("DET_HPARAMS") or "{}")
-        if config is None:
-            config = json.loads(os.environ.get("DET_EXPERIMENT_CONFIG") or "{}")
-        hp, cfg = dict(hparams or {}), dict(config or {})
-        seed = trial_seed
-        if seed is None:
-            seed = int((cfg.get("reproducibility") or {}).get("experiment_seed") or 0)
-        latest = latest_checkpoint
-        trial_id = exp_id = None
-        storage = checkpoint_dir
-    core = harness.core.init(distributed=dist, checkpoint_storage=storage)
-    with core:
-        if info is None:
-            length = max_length
-            if length is None:
-                ml = (cfg.get("searcher") or {}).get("max_length")
-                length = (
-                    next(iter(ml.values()))
-                    if isinstance(ml, dict) and ml
-                    else int(os.environ.get("DET_MAX_LENGTH", "1"))
-                )
-            core.searcher._local_max_length = int(length)
-        controller = _Controller(
-            trial_class,
-            core,
-            hparams=hp,
-            config=cfg,
-            trial_seed=seed,
-            trial_id=trial_id,
-            experiment_id=exp_id,
-            latest_checkpoint=latest,
-        )
-        return controller.run()

@@ -182,7 +182,7 @@ class _PlainLoader:
 
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[Any]:
         sampler = getattr(self.loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
+        if sampler is not None and hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)  # e.g. torch's DistributedSampler
         it = iter(self.loader)
         for _ in range(skip):

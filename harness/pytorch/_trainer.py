@@ -26,7 +26,8 @@ from typing import Any
 import harness
 from harness.core import DistributedContext
 from harness.pytorch._context import PyTorchTrialContext
-from harness.pytorch._controller import _Controller, set_seeds
+from harness.pytorch._controller import _Controller
+from harness.pytorch._rng import set_seeds
 from harness.pytorch._trial import PyTorchTrial
 
 logger = logging.getLogger("harness.pytorch")
@@ -41,7 +42,7 @@ class TrainUnit:
         self.value = value
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.value == other.value  # type: ignore[attr-defined]
+        return type(self) is type(other) and self.value == other.value
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.value))
@@ -178,6 +179,8 @@ def init(
     if aggregation_frequency != 1:
         raise ValueError("aggregation_frequency other than 1 is not supported by detlab")
     info = harness.get_cluster_info()
+    trial_id: int | None
+    exp_id: int | None
     if info is not None:
         hp, cfg = dict(info.trial.hparams), dict(info.trial.config)
         seed, trial_id, exp_id = (

@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, Response, jsonify
 
 from master.api._util import float_arg, json_body
 from master.auth import principal, require_allocation
 from master.context import master_state
 from master.db import db
-from master.errors import BadRequest, Forbidden, NotFound
+from master.errors import BadRequest, Forbidden
 from master.models import Allocation
 from master.notify import hub, preempt_key
-from master.services.allocations import containers_of
-from master.states import AllocationState
+from master.services.allocations import containers_of, get_allocation, wants_stop
 
 bp = Blueprint("allocations", __name__)
 
@@ -26,41 +25,32 @@ def _own(alloc_id: str) -> Allocation:
         raise Forbidden("this session token belongs to another allocation")
     if p.kind == "agent":
         raise Forbidden("this route is for trials and users")
-    alloc = db.session.get(Allocation, alloc_id)
-    if alloc is None:
-        raise NotFound(f"allocation {alloc_id} not found")
-    return alloc
-
-
-def _wants_stop(alloc: Allocation) -> bool:
-    return (
-        alloc.preempt_requested or alloc.kill_requested or alloc.state == AllocationState.TERMINATED
-    )
+    return get_allocation(alloc_id)
 
 
 @bp.get("/allocations/<alloc_id>/preemption")
-def preemption(alloc_id: str):  # type: ignore[no-untyped-def]
+def preemption(alloc_id: str) -> Response:
     timeout = float_arg("timeout", 30.0, 0.0, 60.0)
     seen = hub().version(preempt_key(alloc_id))
     alloc = _own(alloc_id)
-    if _wants_stop(alloc) or timeout == 0:
-        return jsonify({"preempt": _wants_stop(alloc)})
+    if wants_stop(alloc) or timeout == 0:
+        return jsonify({"preempt": wants_stop(alloc)})
     db.session.commit()
     hub().wait(preempt_key(alloc_id), seen, timeout)
     db.session.expire_all()
     alloc = _own(alloc_id)
-    return jsonify({"preempt": _wants_stop(alloc)})
+    return jsonify({"preempt": wants_stop(alloc)})
 
 
 @bp.post("/allocations/<alloc_id>/ack_preemption")
-def ack(alloc_id: str):  # type: ignore[no-untyped-def]
+def ack(alloc_id: str) -> Response:
     require_allocation(alloc_id)
     _own(alloc_id)  # the harness acknowledges; the exit that follows is what the master acts on
     return jsonify({})
 
 
 @bp.post("/allocations/<alloc_id>/rendezvous")
-def post_rendezvous(alloc_id: str):  # type: ignore[no-untyped-def]
+def post_rendezvous(alloc_id: str) -> Response:
     require_allocation(alloc_id)  # an address posted by anyone else would hijack the workers
     alloc = _own(alloc_id)
     body = json_body()

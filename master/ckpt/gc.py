@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from flask import current_app
 from sqlalchemy import func, select
@@ -103,7 +103,7 @@ def candidates(exp: Experiment) -> list[Candidate]:
                 Metric.group == "validation",
             )
         )
-        for trial_id, steps, v in rows:
+        for trial_id, steps, v in cast("list[tuple[int, int, Any]]", rows.all()):
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 values[(trial_id, steps)] = float(v)
     resume = set(

@@ -56,7 +56,7 @@ def newest_mtime(path: Path) -> float:
 
 def storage_roots() -> list[Path]:
     """The shared_fs directories experiments store checkpoints in that the master can read."""
-    configs = db.session.execute(
+    configs: Iterable[Any] = db.session.execute(
         select(Experiment.config["checkpoint_storage"]).distinct()
     ).scalars()
     roots: set[Path] = set()

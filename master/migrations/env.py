@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
-from sqlalchemy import engine_from_config, pool
+from sqlalchemy import Connection, engine_from_config, pool
 
 from master import models  # noqa: F401  (registers every table on the metadata)
 from master.db import db
@@ -26,7 +26,7 @@ def run() -> None:
         _run_on(conn)
 
 
-def _run_on(connection) -> None:  # type: ignore[no-untyped-def]
+def _run_on(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,

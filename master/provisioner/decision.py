@@ -71,16 +71,41 @@ def decide(
     """What to launch and terminate now. Pure: reads its arguments, returns a ScaleDecision."""
     out = ScaleDecision()
     n_slots = max(1, limits.instance_slots)
+    live = _drop_expired_starts(limits, instances, now, out.terminate)
+    index = _capacity(n_slots, static_agents, live)
+    room = max(0, limits.max_instances - len(live))
+    needed, launched, out.wanted = _place_pending(limits, n_slots, index, room, pending, out.unfit)
+    count = _terminate_idle(limits, live, needed, now, out.terminate)
+    launch = launched
+    if count + launch < limits.min_instances:
+        launch = limits.min_instances - count
+    launch = max(0, min(launch, limits.max_instances - count))
+    out.launch = launch if launch_allowed else 0
+    return out
+
+
+def _drop_expired_starts(
+    limits: PoolLimits,
+    instances: Sequence[InstanceView],
+    now: float,
+    terminate: list[tuple[str, str]],
+) -> list[InstanceView]:
+    """The live instances; those whose agent never connected in time go to `terminate`."""
     live: list[InstanceView] = []
     for inst in instances:
         if not inst.connected and not inst.busy and now - inst.launched_at >= limits.max_starting:
-            out.terminate.append(
+            terminate.append(
                 (inst.id, f"its agent did not connect within {limits.max_starting:g}s")
             )
         else:
             live.append(inst)
+    return live
 
-    # Free capacity now, and soon (starting instances at their full size).
+
+def _capacity(
+    n_slots: int, static_agents: Sequence[AgentView], live: Sequence[InstanceView]
+) -> SlotIndex:
+    """Free capacity now, and soon (starting instances at their full size)."""
     index = SlotIndex(n_slots)
     for agent in static_agents:
         if agent.free:
@@ -91,14 +116,25 @@ def decide(
                 index.add_agent(inst.id, inst.free)
         else:
             index.add_agent(inst.id, range(n_slots))
+    return index
 
+
+def _place_pending(
+    limits: PoolLimits,
+    n_slots: int,
+    index: SlotIndex,
+    room: int,
+    pending: Sequence[Request],
+    unfit: dict[str, str],
+) -> tuple[set[str], int, int]:
+    """Fit the pending requests, in the scheduler's order, into `index` and then into up to
+    `room` new instances. Returns (the instances pending work lands on, the new instances
+    used, the new instances wanted before clamping); `unfit` gets why a request gets none."""
     needed: set[str] = set()  # instances pending work will land on
     new = SlotIndex(n_slots)  # the virtual instances to launch
     launched = 0
-    room = max(0, limits.max_instances - len(live))
     at_max = f"max_instances ({limits.max_instances}) reached"
     too_big: dict[int, str] = {}
-    unfit = out.unfit
     wanted = 0
     # The scheduler's order (priority, then FIFO): two stable single-key sorts, several times
     # cheaper than one sort on a tuple key for 10,000 requests.
@@ -129,24 +165,48 @@ def decide(
         if launched < room:
             launched += 1  # a new instance (a virtual agent of `new`), n of its slots taken
             if n < n_slots:
-                new.add_agent(launched, range(n, n_slots))
+                new.add_agent(str(launched), range(n, n_slots))
             continue
         unfit[req.id] = at_max
         if index.total == 0 and new.total == 0:
             # Nothing can be placed any more: the rest wait, counted in one sweep.
-            for rest in ordered[k + 1 :]:
-                m = rest.slots
-                if m <= 0:
-                    continue
-                if m > n_slots:
-                    unfit[rest.id] = too_big.setdefault(m, _too_big(m, n_slots))
-                else:
-                    wanted += 1
-                    unfit[rest.id] = at_max
+            wanted += _wait_all(ordered[k + 1 :], n_slots, at_max, too_big, unfit)
             break
-    out.wanted = wanted
+    return needed, launched, wanted
 
-    # Idle instances: the longest idle first, over max_instances at once, else after max_idle.
+
+def _wait_all(
+    rest: Sequence[Request],
+    n_slots: int,
+    at_max: str,
+    too_big: dict[int, str],
+    unfit: dict[str, str],
+) -> int:
+    """Mark every request of `rest` unfit (no capacity is left); returns how many of them
+    would want a new instance."""
+    wanted = 0
+    for req in rest:
+        m = req.slots
+        if m <= 0:
+            continue
+        if m > n_slots:
+            unfit[req.id] = too_big.setdefault(m, _too_big(m, n_slots))
+        else:
+            wanted += 1
+            unfit[req.id] = at_max
+    return wanted
+
+
+def _terminate_idle(
+    limits: PoolLimits,
+    live: Sequence[InstanceView],
+    needed: set[str],
+    now: float,
+    terminate: list[tuple[str, str]],
+) -> int:
+    """Idle instances go (the longest idle first) while over max_instances, else after
+    max_idle while over min_instances; then starting instances not needed while still over.
+    Returns how many instances are left."""
     idle = sorted(
         (i for i in live if i.connected and not i.busy and i.id not in needed),
         key=lambda i: (i.idle_since if i.idle_since is not None else now, i.id),
@@ -154,14 +214,14 @@ def decide(
     count = len(live)
     for inst in idle:
         if count > limits.max_instances:
-            out.terminate.append((inst.id, f"over max_instances ({limits.max_instances})"))
+            terminate.append((inst.id, f"over max_instances ({limits.max_instances})"))
             count -= 1
         elif (
             count > limits.min_instances
             and inst.idle_since is not None
             and now - inst.idle_since >= limits.max_idle
         ):
-            out.terminate.append((inst.id, f"idle for {limits.max_idle:g}s"))
+            terminate.append((inst.id, f"idle for {limits.max_idle:g}s"))
             count -= 1
     # Still over: instances that are still starting and not needed go next.
     if count > limits.max_instances:
@@ -171,15 +231,9 @@ def decide(
         ):
             if count <= limits.max_instances:
                 break
-            out.terminate.append((inst.id, f"over max_instances ({limits.max_instances})"))
+            terminate.append((inst.id, f"over max_instances ({limits.max_instances})"))
             count -= 1
-
-    launch = launched
-    if count + launch < limits.min_instances:
-        launch = limits.min_instances - count
-    launch = max(0, min(launch, limits.max_instances - count))
-    out.launch = launch if launch_allowed else 0
-    return out
+    return count
 
 
 def _too_big(n: int, n_slots: int) -> str:

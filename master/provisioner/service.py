@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any, cast, overload
 
 from flask import current_app
 from sqlalchemy import select
@@ -71,6 +72,10 @@ def _ts(dt: datetime | None) -> float | None:
     return dt.timestamp() if dt.tzinfo else dt.replace(tzinfo=utcnow().tzinfo).timestamp()
 
 
+@overload
+def _aware(dt: datetime) -> datetime: ...
+@overload
+def _aware(dt: None) -> None: ...
 def _aware(dt: datetime | None) -> datetime | None:
     return dt if dt is None or dt.tzinfo else dt.replace(tzinfo=utcnow().tzinfo)
 
@@ -136,7 +141,7 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
             )
         ).scalars()
     )
-    known = set()
+    known: set[str] = set()
     # Longer than a healthy agent's long poll (at most agent_timeout / 2), shorter than the
     # lost-agent reaper's agent_timeout.
     silent = timedelta(seconds=0.75 * current_app.config["DET"].agent_timeout)
@@ -150,15 +155,7 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
     for row in rows:
         known.add(row.id)
         if row.state == S.LAUNCHING:
-            found = by_launch.get(row.id)
-            if found is not None:
-                row.cloud_id = found.cloud_id
-                transition(row, S.STARTING, "found in the cloud by its launch tag")
-            elif (
-                _aware(row.launched_at) < started and now - _aware(row.launched_at) > LAUNCH_SETTLE
-            ):
-                transition(row, S.FAILED, "launch interrupted by a master restart; no instance")
-                _revoke(row)
+            _reconcile_launching(row, by_launch.get(row.id), started, now)
             continue
         if row.cloud_id:
             known.add(row.cloud_id)
@@ -174,23 +171,51 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
             continue
         if row.state == S.TERMINATING:
             continue
-        agent = agents.get(row.cloud_id or "")
-        if (
-            row.interrupted_at is not None
-            and agent is not None
-            and _aware(agent.last_seen) < now - silent
-        ):
-            _requeue_interrupted(row)  # its agent went quiet: the instance is going
-        if agent is not None and agent.state == AgentState.ACTIVE:
-            if row.state == S.STARTING:
-                transition(row, S.RUNNING, "its agent connected")
-                row.connected_at = now
-            if row.cloud_id in busy:
-                row.last_busy_at = now
-        elif row.state == S.RUNNING and agent is not None and agent.state != AgentState.ACTIVE:
-            transition(row, S.STARTING, f"its agent is {agent.state}")
-    # Stopped instances of ours (a preempted GCE VM stays, stopped, and bills for its disks):
-    # deleted, whether or not a row still names them.
+        _follow_agent(row, agents.get(row.cloud_id or ""), row.cloud_id in busy, now, silent)
+    return _terminate_orphans(pool, cloud, known, now, kind)
+
+
+def _reconcile_launching(
+    row: Instance, found: CloudInstance | None, started: datetime, now: datetime
+) -> None:
+    """A launch in flight: found in the cloud by its tag, or failed if a master restart
+    interrupted it."""
+    if found is not None:
+        row.cloud_id = found.cloud_id
+        transition(row, S.STARTING, "found in the cloud by its launch tag")
+    elif _aware(row.launched_at) < started and now - _aware(row.launched_at) > LAUNCH_SETTLE:
+        transition(row, S.FAILED, "launch interrupted by a master restart; no instance")
+        _revoke(row)
+
+
+def _follow_agent(
+    row: Instance, agent: Agent | None, busy: bool, now: datetime, silent: timedelta
+) -> None:
+    """A live instance follows its agent: RUNNING while the agent is connected (else STARTING),
+    marked busy while it runs something, and its trials requeued once an interrupted instance's
+    agent goes silent."""
+    if (
+        row.interrupted_at is not None
+        and agent is not None
+        and _aware(agent.last_seen) < now - silent
+    ):
+        _requeue_interrupted(row)  # its agent went quiet: the instance is going
+    if agent is not None and agent.state == AgentState.ACTIVE:
+        if row.state == S.STARTING:
+            transition(row, S.RUNNING, "its agent connected")
+            row.connected_at = now
+        if busy:
+            row.last_busy_at = now
+    elif row.state == S.RUNNING and agent is not None and agent.state != AgentState.ACTIVE:
+        transition(row, S.STARTING, f"its agent is {agent.state}")
+
+
+def _terminate_orphans(
+    pool: str, cloud: list[CloudInstance], known: set[str], now: datetime, kind: str
+) -> list[str]:
+    """Cloud instances tagged as ours that no row knows: recorded as TERMINATING; returns
+    their cloud ids to terminate, with those of stopped instances of ours (a preempted GCE VM
+    stays, stopped, and bills for its disks), deleted whether or not a row still names them."""
     orphans = [c.cloud_id for c in cloud if c.state == "stopped"]
     for c in cloud:
         if c.launch_id in known or c.cloud_id in known or c.state in ("terminated", "stopped"):
@@ -228,7 +253,7 @@ def _busy_agents(agent_ids: list[str]) -> set[str]:
     ).all()
     out = set(held)
     wanted = set(agent_ids)
-    for agent_id, containers in live:
+    for agent_id, containers in cast("list[tuple[str, dict[str, Any] | None]]", live):
         for a in {agent_id, *(containers or {})}:
             if a in wanted:
                 out.add(a)
@@ -385,7 +410,7 @@ def _launch(pool: str, pc: ProviderConfig, provider: Provider, count: int) -> No
         token, token_hash = mint()
         spot = pc.spot if pc.type == "aws" else pc.gcp_instance_type.preemptible
         name = f"{pc.name_prefix}{launch_id[:12]}" if pc.type == "gcp" else f"{pc.instance_name}"
-        row = Instance(
+        row: Instance | None = Instance(
             id=launch_id,
             pool=pool,
             provider=pc.type,

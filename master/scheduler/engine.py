@@ -205,29 +205,52 @@ class Pass:
         nothing, when neither works.
         """
         n = req.slots
-        size = self.size
-        base = self.virt.total
         spanning: list[Running] = []
         if self.span:
-            freed = sum(size[v.id] for v in greedy)
-            for v in reversed(greedy):
-                sz = size[v.id]
-                if base + freed - sz >= n:
-                    freed -= sz
-                else:
-                    spanning.append(v)
-            spanning.reverse()
-            if base + freed < n:
+            fewest = self._fewest_spanning(n, greedy)
+            if fewest is None:
                 return False
+            spanning = fewest
         if len(spanning) == 1 and len(spanning[0].placements) == 1:
             # One victim whose agent then holds the whole gang: nothing does better.
             v = spanning[0]
             agent_id = v.placements[0][0]
-            if self.virt.count(agent_id) + size[v.id] >= n:
+            if self.virt.count(agent_id) + self.size[v.id] >= n:
                 return self._commit(req, spanning, agent_id)
+        best = self._best_one_agent(n, greedy, level)
+        if best is not None and (not self.span or len(best[1]) <= len(spanning)):
+            target, victims = best
+        elif self.span and spanning:
+            victims, target = spanning, None
+        else:
+            return False
+        return self._commit(req, victims, target)
+
+    def _fewest_spanning(self, n: int, greedy: list[Running]) -> list[Running] | None:
+        """The fewest of `greedy` whose slots, with the free ones, make `n` (dropping the most
+        valuable first), in `greedy`'s order; None when all of them are not enough."""
+        size = self.size
+        base = self.virt.total
+        spanning: list[Running] = []
+        freed = sum(size[v.id] for v in greedy)
+        for v in reversed(greedy):
+            sz = size[v.id]
+            if base + freed - sz >= n:
+                freed -= sz
+            else:
+                spanning.append(v)
+        spanning.reverse()
+        if base + freed < n:
+            return None
+        return spanning
+
+    def _best_one_agent(
+        self, n: int, greedy: list[Running], level: int | None
+    ) -> tuple[str, list[Running]] | None:
+        """Of the agents `greedy` touches, the one that holds `n` slots by preempting the
+        fewest trials (then the best fit): (agent id, its victims), or None."""
         best: tuple[tuple[int, int], str, list[Running]] | None = None
         in_greedy = {v.id for v in greedy}
-        taken = self.victims
         free_on = self.virt.slots
         seen: set[str] = set()
         for v in greedy:
@@ -235,33 +258,44 @@ class Pass:
                 if not slots or agent_id in seen or agent_id not in free_on:
                     continue
                 seen.add(agent_id)
-                have = len(free_on[agent_id])
-                chosen: list[Running] = []
-                if level is None:  # only these: in order, their slots on this agent
-                    on = [(c, len(s)) for c in greedy for a, s in c.placements if a == agent_id]
-                else:
-                    on = self.candidates_on(agent_id)
-                for c, k in on:
-                    if have >= n or (level is not None and c.priority < level):
-                        break
-                    if c.id in taken:
-                        continue
-                    if level is not None or c.id in in_greedy:
-                        chosen.append(c)
-                        have += k
-                if have < n:
+                found = self._victims_on(agent_id, n, greedy, in_greedy, level)
+                if found is None:
                     continue
-                left = have - n
+                chosen, left = found
                 key = (len(chosen), -left if self.worst else left)
                 if best is None or key < best[0]:
                     best = (key, agent_id, chosen)
-        if best is not None and (not self.span or len(best[2]) <= len(spanning)):
-            victims, target = best[2], best[1]
-        elif self.span and spanning:
-            victims, target = spanning, None
+        return None if best is None else (best[1], best[2])
+
+    def _victims_on(
+        self,
+        agent_id: str,
+        n: int,
+        greedy: list[Running],
+        in_greedy: set[str],
+        level: int | None,
+    ) -> tuple[list[Running], int] | None:
+        """The trials to preempt so that `agent_id` holds `n` slots, and the slots left over
+        then; None when it cannot. With no `level`, only `greedy`'s trials (in order, their slots
+        on this agent); else the agent's own candidates of priority `level` or lower."""
+        have = len(self.virt.slots[agent_id])
+        taken = self.victims
+        chosen: list[Running] = []
+        if level is None:
+            on = [(c, len(s)) for c in greedy for a, s in c.placements if a == agent_id]
         else:
-            return False
-        return self._commit(req, victims, target)
+            on = self.candidates_on(agent_id)
+        for c, k in on:
+            if have >= n or (level is not None and c.priority < level):
+                break
+            if c.id in taken:
+                continue
+            if level is not None or c.id in in_greedy:
+                chosen.append(c)
+                have += k
+        if have < n:
+            return None
+        return chosen, have - n
 
     def _commit(self, req: Request, victims: list[Running], target: str | None) -> bool:
         n = req.slots

@@ -42,7 +42,8 @@ def _job_params(
     weight: dict[Job, float] = {}
     cap: dict[Job, int | None] = {}
     first: dict[Job, float] = {}
-    for r in (*running, *requests):
+    everyone: tuple[Request | Running, ...] = (*running, *requests)
+    for r in everyone:
         j = r.job
         if j not in weight:
             weight[j] = max(r.weight, 1e-9)
@@ -55,6 +56,34 @@ def _job_params(
 
 def run_fair_share(p: Pass, requests: Sequence[Request]) -> None:
     weight, cap, first = _job_params(requests, p.running)
+    queued, share = _queues_and_shares(p, requests, weight, cap)
+    victims = _Victims(p, share) if p.policy.preemption else None
+    at_share: dict[Job, str] = {}
+    heap = [(p.alloc[j] / weight[j], first[j], j) for j in queued]
+    heapq.heapify(heap)
+    nxt: dict[Job, int] = defaultdict(int)
+    waiting = p.decision.waiting
+    while heap:
+        _, fo, j = heapq.heappop(heap)
+        rs = queued[j]
+        req = rs[nxt[j]]
+        nxt[j] += 1
+        outcome = p.place(req)
+        if outcome == NO_ROOM:
+            outcome = _no_room(p, req, share, at_share, victims)
+        if outcome == BLOCKED:
+            _block_as_big(waiting, req, rs, nxt[j])
+        if nxt[j] < len(rs):
+            heapq.heappush(heap, (p.alloc[j] / weight[j], fo, j))
+
+
+def _queues_and_shares(
+    p: Pass,
+    requests: Sequence[Request],
+    weight: dict[Job, float],
+    cap: dict[Job, int | None],
+) -> tuple[dict[Job, list[Request]], dict[Job, float]]:
+    """Each job's queued requests (in order) and its fair share of the pool."""
     queued: dict[Job, list[Request]] = defaultdict(list)
     for r in requests:
         queued[r.job].append(r)
@@ -68,46 +97,44 @@ def run_fair_share(p: Pass, requests: Sequence[Request]) -> None:
         c = cap[j]
         if c is not None:
             demand[j] = min(demand[j], c)
-    share = fair_shares(p.capacity, demand, weight)
+    return queued, fair_shares(p.capacity, demand, weight)
 
-    victims = _Victims(p, share) if p.policy.preemption else None
-    at_share: dict[Job, str] = {}
-    heap = [(p.alloc[j] / weight[j], first[j], j) for j in queued]
-    heapq.heapify(heap)
-    nxt: dict[Job, int] = defaultdict(int)
-    waiting = p.decision.waiting
-    while heap:
-        _, fo, j = heapq.heappop(heap)
-        rs = queued[j]
-        req = rs[nxt[j]]
-        nxt[j] += 1
-        n = req.slots
-        outcome = p.place(req)
-        if outcome == NO_ROOM:
-            outcome = BLOCKED
-            a, s = p.alloc[j], share.get(j, 0.0)
-            if a >= s:
-                why = at_share.get(j)
-                if why is None:
-                    why = at_share[j] = f"; job {j} has its fair share ({s:.3g} slots)"
-                p.wait(req, p.waiting_for(n) + why)
-            elif victims is None:
-                p.wait(req, p.waiting_for(n))
-            elif victims.preempt_for(req, _rel(a, s)):
-                outcome = PLACED
-            else:
-                p.wait(req, p.waiting_for(n, "; no over-share work to preempt"))
-        if outcome == BLOCKED:
-            # The job's other requests at least as big wait for the same reason (free slots only
-            # get fewer in a pass, and the job's allocation only grows).
-            reason = waiting[req.id]
-            rest = [r for r in rs[nxt[j] :] if r.slots < n]
-            for r in rs[nxt[j] :]:
-                if r.slots >= n:
-                    waiting[r.id] = reason
-            rs[nxt[j] :] = rest
-        if nxt[j] < len(rs):
-            heapq.heappush(heap, (p.alloc[j] / weight[j], fo, j))
+
+def _no_room(
+    p: Pass,
+    req: Request,
+    share: dict[Job, float],
+    at_share: dict[Job, str],
+    victims: _Victims | None,
+) -> int:
+    """`req` does not fit the free slots: preempt for it (PLACED) or say why it waits
+    (BLOCKED)."""
+    j, n = req.job, req.slots
+    a, s = p.alloc[j], share.get(j, 0.0)
+    if a >= s:
+        why = at_share.get(j)
+        if why is None:
+            why = at_share[j] = f"; job {j} has its fair share ({s:.3g} slots)"
+        p.wait(req, p.waiting_for(n) + why)
+    elif victims is None:
+        p.wait(req, p.waiting_for(n))
+    elif victims.preempt_for(req, _rel(a, s)):
+        return PLACED
+    else:
+        p.wait(req, p.waiting_for(n, "; no over-share work to preempt"))
+    return BLOCKED
+
+
+def _block_as_big(waiting: dict[str, str], req: Request, rs: list[Request], start: int) -> None:
+    """The job's other requests at least as big as `req` wait for the same reason (free slots
+    only get fewer in a pass, and the job's allocation only grows): they leave `rs[start:]`."""
+    reason = waiting[req.id]
+    n = req.slots
+    rest = [r for r in rs[start:] if r.slots < n]
+    for r in rs[start:]:
+        if r.slots >= n:
+            waiting[r.id] = reason
+    rs[start:] = rest
 
 
 def _newness(r: Running) -> tuple[float, int, str]:

@@ -71,7 +71,8 @@ def _preempt(p: Pass, req: Request, cands: list[Running], start: int, end: int) 
 def priority_queue_order(requests: Iterable[Request], running: Iterable[Running]) -> list[str]:
     """Job ids by (best priority, earliest order) over their queued and running trials."""
     key: dict[str, tuple[int, float]] = {}
-    for r in (*requests, *running):
+    everyone: tuple[Request | Running, ...] = (*requests, *running)
+    for r in everyone:
         k = (r.priority, r.order)
         old = key.get(r.job)
         if old is None or k < old:

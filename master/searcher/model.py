@@ -100,15 +100,10 @@ def propose(
     flat = _flat_space(space)
     if not flat:
         return None
-    by_length: dict[int, list[Observation]] = {}
-    for obs in observations:
-        if math.isfinite(obs.metric):
-            by_length.setdefault(obs.length, []).append(obs)
     needed = len(flat) + 2
-    ready = [length for length, rung in by_length.items() if len(rung) >= needed]
-    if not ready:
+    rung = _rung_to_model(observations, needed)
+    if rung is None:
         return None
-    rung = by_length[max(ready)]
     if model == "gp" and len(rung) > GP_MAX_POINTS:
         rung = _best_and_latest(rung, GP_MAX_POINTS, smaller_is_better)
 
@@ -130,32 +125,61 @@ def propose(
         return None
     running: list[dict[str, Any]] = []
     if model == "gp" and pending:
-        # Kriging believer (Ginsbourger et al., 2010): a trial still training is believed to
-        # score what the GP predicts for it, which collapses the GP's uncertainty there without
-        # moving its mean, so proposals made while others train spread out around them.
-        seen = {tuple(sorted(t.params.items())) for t in trials}
-        for hparams in pending:
-            params = _encode(flat, hparams)
-            if params is None or not _inside(distributions, params):
-                continue
-            key = tuple(sorted(params.items()))
-            if key not in seen:
-                seen.add(key)
-                running.append(params)
+        running = _believed_running(flat, distributions, trials, pending)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with warnings.catch_warnings():  # both samplers' options are marked experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if model == "gp":
-            sampler: Any = _plug_in_gp_sampler()(running, seed=seed, n_startup_trials=0)
-        elif model == "tpe":
-            # TPE's own split: the best min(ceil(10% of n), 25) results form the "good" density.
-            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
-        else:
-            raise ValueError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
-        study = optuna.create_study(sampler=sampler, direction="minimize")
+        study = optuna.create_study(sampler=_sampler(model, running, seed), direction="minimize")
         study.add_trials(trials)
         params = study.ask(distributions).params
     return _decode(space, flat, params)
+
+
+def _rung_to_model(observations: Sequence[Observation], needed: int) -> list[Observation] | None:
+    """The finite results of the longest rung with at least `needed` of them, or None."""
+    by_length: dict[int, list[Observation]] = {}
+    for obs in observations:
+        if math.isfinite(obs.metric):
+            by_length.setdefault(obs.length, []).append(obs)
+    ready = [length for length, rung in by_length.items() if len(rung) >= needed]
+    if not ready:
+        return None
+    return by_length[max(ready)]
+
+
+def _believed_running(
+    flat: dict[str, Any],
+    distributions: dict[str, Any],
+    trials: Sequence[Any],
+    pending: Sequence[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Kriging believer (Ginsbourger et al., 2010): a trial still training is believed to
+    score what the GP predicts for it, which collapses the GP's uncertainty there without
+    moving its mean, so proposals made while others train spread out around them. Returns the
+    encoded parameters of the pending trials inside the space and not already observed."""
+    running: list[dict[str, Any]] = []
+    seen = {tuple(sorted(t.params.items())) for t in trials}
+    for hparams in pending:
+        params = _encode(flat, hparams)
+        if params is None or not _inside(distributions, params):
+            continue
+        key = tuple(sorted(params.items()))
+        if key not in seen:
+            seen.add(key)
+            running.append(params)
+    return running
+
+
+def _sampler(model: str, running: list[dict[str, Any]], seed: int) -> Any:
+    """Optuna's sampler for `model` (call with Optuna's ExperimentalWarning silenced)."""
+    import optuna
+
+    if model == "gp":
+        return _plug_in_gp_sampler()(running, seed=seed, n_startup_trials=0)
+    if model == "tpe":
+        # TPE's own split: the best min(ceil(10% of n), 25) results form the "good" density.
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=0, multivariate=True)
+    raise ValueError(f"unknown model {model!r}; expected one of {', '.join(MODELS)}")
 
 
 @functools.cache

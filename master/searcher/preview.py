@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from detlab.expconf import length_unit, max_length_value, validate_experiment_config
-from master.searcher.asha import (
+from master.searcher.asha_layout import (
     asha_layout,
     bracket_total_length,
     expected_rung_trials,

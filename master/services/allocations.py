@@ -12,14 +12,30 @@ from typing import Any
 
 from flask import current_app
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from detlab.protocol import ExitCause
 from master.context import master_state, state_lock
 from master.db import db, utcnow
+from master.errors import NotFound
 from master.models import Allocation, Slot, Trial
 from master.notify import agent_key, hub, preempt_key, trial_key
 from master.services.logs import write_master_line
 from master.states import LIVE_ALLOCATION, AllocationState, ContainerState, container_state
+
+
+def get_allocation(alloc_id: str) -> Allocation:
+    alloc = db.session.get(Allocation, alloc_id)
+    if alloc is None:
+        raise NotFound(f"allocation {alloc_id} not found")
+    return alloc
+
+
+def wants_stop(alloc: Allocation) -> bool:
+    """Whether the allocation's trial should stop: preemption or a kill asked, or it ended."""
+    return (
+        alloc.preempt_requested or alloc.kill_requested or alloc.state == AllocationState.TERMINATED
+    )
 
 
 def live_allocation(trial_id: int) -> Allocation | None:
@@ -100,7 +116,7 @@ def bump_allocation_generation() -> None:
     db.session.info["det_alloc_changed"] = True
 
 
-def after_commit(session) -> None:  # type: ignore[no-untyped-def]
+def after_commit(session: Session) -> None:
     """SQLAlchemy `after_commit` hook (registered by the app factory)."""
     if session.info.pop("det_alloc_changed", False):
         master_state().allocation_generation += 1

@@ -11,8 +11,9 @@ million rows). Short series (and SQLite) always get `metric_series`' exact answe
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
-from sqlalchemy import text
+from sqlalchemy import ScalarResult, text
 
 from master.db import db
 from master.errors import BadRequest
@@ -108,7 +109,7 @@ def is_long(trial_id: int, group: str) -> bool:
     """
     if not _postgres():
         return False
-    span = db.session.execute(_SPAN_SQL, {"t": trial_id, "g": group}).scalar_one()
+    span: int | None = db.session.execute(_SPAN_SQL, {"t": trial_id, "g": group}).scalar_one()
     return span is not None and int(span) > EXACT_ROWS
 
 
@@ -125,7 +126,10 @@ def chart_series(
     if exact:
         return {n: _envelope(trial_id, group, n, max_points) for n in names}, "minmax"
     out: dict[str, dict[str, list]] = {n: {"steps": [], "values": []} for n in names}
-    rows = db.session.execute(_SAMPLE_SQL, {"t": trial_id, "g": group, "n": max_points})
+    rows = cast(
+        "list[tuple[int, dict[str, Any]]]",
+        db.session.execute(_SAMPLE_SQL, {"t": trial_id, "g": group, "n": max_points}).all(),
+    )
     for steps, metrics in rows:
         for name in names:
             v = metrics.get(name)
@@ -139,8 +143,11 @@ def chart_series(
 def _envelope(trial_id: int, group: str, name: str, max_points: int) -> dict[str, list]:
     steps: list[int] = []
     values: list[float] = []
-    rows = db.session.execute(
-        _ENVELOPE_SQL, {"t": trial_id, "g": group, "name": name, "b": max(1, max_points // 2)}
+    rows = cast(
+        "list[tuple[Any, list[Any], list[Any]]]",
+        db.session.execute(
+            _ENVELOPE_SQL, {"t": trial_id, "g": group, "name": name, "b": max(1, max_points // 2)}
+        ).all(),
     )
     for _k, lo, hi in rows:
         for step, value in sorted({(lo[1], lo[0]), (hi[1], hi[0])}):
@@ -157,6 +164,7 @@ def chart_metric_names(trial_id: int) -> dict[str, list[str]]:
     if not any(long.values()):
         return metric_names(trial_id)
     out: dict[str, list[str]] = {}
+    rows: ScalarResult[str]
     for group in GROUPS:
         if long[group]:
             rows = db.session.execute(

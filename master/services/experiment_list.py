@@ -6,6 +6,7 @@ One query builder, so a filter means the same everywhere: states, owner, a name 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import defer, selectinload
@@ -60,7 +61,7 @@ def _filtered(stmt: Select, q: ExperimentQuery) -> Select:
     return stmt
 
 
-def _order(q: ExperimentQuery):  # type: ignore[no-untyped-def]
+def _order(q: ExperimentQuery) -> list[Any]:
     if q.sort not in SORT_KEYS:
         raise BadRequest(
             f"unknown sort key {q.sort!r}; expected one of {', '.join(SORT_KEYS)}", path="sort"
@@ -95,10 +96,10 @@ def list_experiments(q: ExperimentQuery) -> ExperimentPage:
     )
     if q.sort == "owner":
         stmt = stmt.join(User, Experiment.owner_id == User.id)
-    rows = list(
+    rows: list[Experiment] = list(
         db.session.execute(stmt.order_by(*_order(q)).limit(q.limit).offset(q.offset)).scalars()
     )
-    total = db.session.execute(_filtered(select(func.count(Experiment.id)), q)).scalar_one()
+    total: int = db.session.execute(_filtered(select(func.count(Experiment.id)), q)).scalar_one()
     return ExperimentPage(rows, int(total), trial_counts([e.id for e in rows]))
 
 

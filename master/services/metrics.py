@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import math
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from sqlalchemy import select, text
+from sqlalchemy import CursorResult, ScalarResult, select, text
 
 from master.db import db, iso, utcnow
 from master.errors import BadRequest
@@ -43,11 +43,12 @@ def _first_time(trial_id: int, batch_id: str) -> bool:
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     else:
-        from sqlalchemy.dialects.sqlite import insert
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
     stmt = insert(MetricBatch.__table__).values(
         trial_id=trial_id, batch_id=batch_id, stored_at=utcnow()
     )
-    return db.session.execute(stmt.on_conflict_do_nothing()).rowcount == 1
+    result = cast(CursorResult[Any], db.session.execute(stmt.on_conflict_do_nothing()))
+    return result.rowcount == 1
 
 
 MAX_REPORTS = 50_000
@@ -74,53 +75,12 @@ def ingest(trial: Trial, reports: Any, batch_id: str | None = None) -> int:
     max_steps = trial.steps_completed
     latest_val: tuple[int, dict] | None = None
     for i, r in enumerate(reports):
-        if not isinstance(r, dict):
-            raise BadRequest("each report must be an object", path=f"reports[{i}]")
-        group = r.get("group")
-        if group not in GROUPS:
-            raise BadRequest(
-                f"group must be 'training' or 'validation', got {group!r}",
-                path=f"reports[{i}].group",
-            )
-        steps = r.get("steps_completed")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise BadRequest(
-                "steps_completed must be an integer >= 0", path=f"reports[{i}].steps_completed"
-            )
-        metrics = r.get("metrics")
-        if not isinstance(metrics, dict):
-            raise BadRequest("metrics must be an object", path=f"reports[{i}].metrics")
-        try:
-            # Strict JSON: NaN/Infinity must travel as strings ("NaN"), PostgreSQL rejects them.
-            encoded = _encode(metrics)
-        except (ValueError, TypeError):
-            raise BadRequest(
-                "metric values must be JSON with finite numbers; "
-                'send NaN/Infinity as "NaN"/"Infinity"',
-                path=f"reports[{i}].metrics",
-            ) from None
-        ts: datetime | str = now_text
-        if isinstance(r.get("reported_at"), str):
-            try:
-                datetime.fromisoformat(r["reported_at"])  # validate; PostgreSQL parses the text
-                ts = r["reported_at"]
-            except ValueError:
-                raise BadRequest(
-                    "reported_at must be ISO 8601", path=f"reports[{i}].reported_at"
-                ) from None
-        rows.append(
-            {
-                "trial_id": trial.id,
-                "group": group,
-                "steps_completed": steps,
-                "metrics": metrics,
-                "reported_at": ts,
-                "_json": encoded,
-            }
-        )
+        row = _row(trial.id, i, r, now_text)
+        rows.append(row)
+        steps = row["steps_completed"]
         max_steps = max(max_steps, steps)
-        if group == "validation" and (latest_val is None or steps >= latest_val[0]):
-            latest_val = (steps, metrics)
+        if row["group"] == "validation" and (latest_val is None or steps >= latest_val[0]):
+            latest_val = (steps, row["metrics"])
     if not rows:
         return 0
     if batch_id is not None and not _first_time(trial.id, batch_id):
@@ -140,6 +100,51 @@ def ingest(trial: Trial, reports: Any, batch_id: str | None = None) -> int:
         _to_searcher(trial, rows)
         db.session.commit()
     return len(rows)
+
+
+def _row(trial_id: int, i: int, r: Any, now_text: str) -> dict[str, Any]:
+    """One report checked (a 400 naming `reports[i]` when it is wrong) as a row to insert."""
+    if not isinstance(r, dict):
+        raise BadRequest("each report must be an object", path=f"reports[{i}]")
+    group = r.get("group")
+    if group not in GROUPS:
+        raise BadRequest(
+            f"group must be 'training' or 'validation', got {group!r}",
+            path=f"reports[{i}].group",
+        )
+    steps = r.get("steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise BadRequest(
+            "steps_completed must be an integer >= 0", path=f"reports[{i}].steps_completed"
+        )
+    metrics = r.get("metrics")
+    if not isinstance(metrics, dict):
+        raise BadRequest("metrics must be an object", path=f"reports[{i}].metrics")
+    try:
+        # Strict JSON: NaN/Infinity must travel as strings ("NaN"), PostgreSQL rejects them.
+        encoded = _encode(metrics)
+    except (ValueError, TypeError):
+        raise BadRequest(
+            'metric values must be JSON with finite numbers; send NaN/Infinity as "NaN"/"Infinity"',
+            path=f"reports[{i}].metrics",
+        ) from None
+    ts: datetime | str = now_text
+    if isinstance(r.get("reported_at"), str):
+        try:
+            datetime.fromisoformat(r["reported_at"])  # validate; PostgreSQL parses the text
+            ts = r["reported_at"]
+        except ValueError:
+            raise BadRequest(
+                "reported_at must be ISO 8601", path=f"reports[{i}].reported_at"
+            ) from None
+    return {
+        "trial_id": trial_id,
+        "group": group,
+        "steps_completed": steps,
+        "metrics": metrics,
+        "reported_at": ts,
+        "_json": encoded,
+    }
 
 
 def _best_from_validations(trial: Trial, rows: list[dict[str, Any]]) -> None:
@@ -248,23 +253,24 @@ def metric_names(trial_id: int) -> dict[str, list[str]]:
     bind = db.session.get_bind()
     for group in GROUPS:
         if bind.dialect.name == "postgresql":
-            rows = db.session.execute(
+            rows: ScalarResult[str] = db.session.execute(
                 text(
                     "SELECT DISTINCT jsonb_object_keys(metrics) FROM metrics "
                     'WHERE trial_id = :t AND "group" = :g AND NOT superseded'
                 ),
                 {"t": trial_id, "g": group},
             ).scalars()
-            names = set(rows)
+            names: set[str] = set(rows)
         else:
             names = set()
-            for (m,) in db.session.execute(
+            m: dict[str, Any]
+            for m in db.session.execute(
                 select(Metric.metrics).where(
                     Metric.trial_id == trial_id,
                     Metric.group == group,
                     Metric.superseded.is_(False),
                 )
-            ).all():
+            ).scalars():
                 names.update(m)
         out[group] = sorted(names)
     return out
@@ -286,13 +292,14 @@ def metric_series(
         .where(Metric.trial_id == trial_id, Metric.group == group, Metric.superseded.is_(False))
         .order_by(Metric.steps_completed, Metric.id)
     )
-    for steps, metrics in db.session.execute(q).all():
+    rows = cast("list[tuple[int, dict[str, Any]]]", db.session.execute(q).all())
+    for step, metrics in rows:
         for name in names:
             v = metrics.get(name)
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
                 continue
             s = series[name]
-            s[0].append(steps)
+            s[0].append(step)
             s[1].append(float(v))
     out: dict[str, dict[str, list]] = {}
     downsampled = False

@@ -162,7 +162,7 @@ def schedule_pass() -> int:
             )
             for a in decision.assignments:
                 trial = trials[a.request_id]
-                alloc = create_allocation(trial, a.placements)
+                alloc: Allocation | None = create_allocation(trial, a.placements)
                 where = "; ".join(
                     f"agent {agent_id} (slots {', '.join(map(str, slots)) or 'none'})"
                     for agent_id, slots in a.placements

@@ -50,7 +50,7 @@ def apply_operations(exp: Experiment, method: SearchMethod, ops: list[Operation]
         if isinstance(op, Create):
             if _trial_by_request(exp, op.request_id) is None:
                 state = State.PAUSED if exp.state == State.PAUSED else State.ACTIVE
-                trial = Trial(
+                trial: Trial | None = Trial(
                     experiment_id=exp.id,
                     request_id=op.request_id,
                     state=state,

@@ -10,8 +10,10 @@ so a re-executed step is never counted twice.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import CursorResult, select, update
 
 from master.db import db
 from master.models import Checkpoint, Experiment, Metric, Trial
@@ -31,7 +33,7 @@ def supersede_for_resume(trial: Trial) -> int:
     """Mark what earlier runs reported past the resume point; returns the rows marked. Called in
     the transaction that creates the trial's allocation (before its run reports anything)."""
     kept = resume_steps(trial)
-    marked = db.session.execute(
+    result: CursorResult[Any] = db.session.execute(  # type: ignore[assignment]
         update(Metric)
         .where(
             Metric.trial_id == trial.id,
@@ -40,7 +42,8 @@ def supersede_for_resume(trial: Trial) -> int:
         )
         .values(superseded=True)
         .execution_options(synchronize_session=False)
-    ).rowcount
+    )
+    marked = result.rowcount
     if not marked:
         return 0
     trial.steps_completed = min(trial.steps_completed, kept)
@@ -85,7 +88,7 @@ def _recompute_best(trial: Trial) -> None:
     searcher = exp.config.get("searcher", {})
     name = searcher.get("metric")
     smaller = searcher.get("smaller_is_better", True)
-    rows = db.session.execute(
+    rows: Iterable[dict[str, Any]] = db.session.execute(
         select(Metric.metrics).where(
             Metric.trial_id == trial.id,
             Metric.group == "validation",
@@ -100,6 +103,6 @@ def _recompute_best(trial: Trial) -> None:
             Trial.experiment_id == exp.id, Trial.best_validation.is_not(None)
         )
     ).all()
-    best = best_of([b for _, b in trials], smaller)
+    best = best_of([b for _, b in trials if b is not None], smaller)
     exp.best_validation = best
     exp.best_trial_id = next((tid for tid, b in trials if b == best), None)

@@ -48,7 +48,7 @@ def current_operation(trial_id: int) -> dict[str, Any]:
     return {"operation": None, "completed": True}
 
 
-def complete_operation(trial_id: int, length: int, metric: Any) -> None:
+def complete_operation(trial_id: int, length: Any, metric: Any) -> None:
     if not isinstance(length, int) or isinstance(length, bool):
         raise BadRequest("length must be an integer", path="length")
     metric = _as_float(metric)

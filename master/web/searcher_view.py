@@ -37,7 +37,7 @@ def asha_brackets(config: dict, searcher_state: dict | None) -> list[BracketView
     """
     if config.get("searcher", {}).get("name") != "adaptive_asha":
         return []
-    from master.searcher.asha import asha_layout
+    from master.searcher.asha_layout import asha_layout
 
     try:
         layout = asha_layout(config)

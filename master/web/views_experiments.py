@@ -99,8 +99,8 @@ def bulk():  # type: ignore[no-untyped-def]
     request_schedule()
     if done:
         flash(f"{action.capitalize()}: experiment(s) {', '.join(map(str, done))}.")
-    for why in skipped:
-        flash(f"Skipped: {why}", "error")
+    for reason in skipped:
+        flash(f"Skipped: {reason}", "error")
     return redirect(_back(url_for("web.experiments")))
 
 

@@ -22,7 +22,7 @@ from master.searcher import (
     operation_from_json,
     operation_to_json,
 )
-from master.searcher.asha import (
+from master.searcher.asha_layout import (
     asha_layout,
     bracket_trials,
     expected_rung_trials,

@@ -32,7 +32,7 @@ from master.searcher import (
     make_searcher,
 )
 from master.searcher._common import concurrency_limit
-from master.searcher.asha import promote_quota
+from master.searcher.asha_layout import promote_quota
 from master.searcher.grid import grid_trials
 
 HPARAMS = {

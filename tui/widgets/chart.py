@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from rich.text import Text
 from textual.widget import Widget
@@ -34,14 +35,7 @@ def _finite(steps: Sequence[float], values: Sequence[float]) -> list[tuple[float
 
 def render_chart(series: Sequence[Series], width: int, height: int, title: str = "") -> Text:
     """The chart as `height` lines of `width` cells (pure, for tests and the widget)."""
-    lines: list[Text] = []
-    legend = Text(no_wrap=True)
-    if title:
-        legend.append(title + "  ", "bold")
-    for s in series:
-        legend.append("━━ ", s.color)
-        legend.append(s.label + "  ")
-    lines.append(legend)
+    lines: list[Text] = [_legend(series, title)]
     pts = [_finite(s.steps, s.values) for s in series]
     every = [p for ps in pts for p in ps]
     plot_h = max(1, height - 3)  # legend line, x axis line, x labels line
@@ -59,6 +53,34 @@ def render_chart(series: Sequence[Series], width: int, height: int, title: str =
     labels = [fmt_number(y1), fmt_number((y0 + y1) / 2), fmt_number(y0)]
     gutter = max(len(label) for label in labels) + 1
     plot_w = max(4, width - gutter - 1)
+    cells, owner = _plot(series, pts, plot_w, plot_h, (x0, x1, y0, y1))
+    for row in range(plot_h):
+        lines.append(_plot_row(cells[row], owner[row], _y_label(labels, row, plot_h), gutter))
+    lines.append(Text(" " * gutter + "└" + "─" * plot_w, "dim"))
+    lines.append(_x_axis(x0, x1, gutter, plot_w))
+    return Text("\n").join(lines[:height])
+
+
+def _legend(series: Sequence[Series], title: str) -> Text:
+    legend = Text(no_wrap=True)
+    if title:
+        legend.append(title + "  ", "bold")
+    for s in series:
+        legend.append("━━ ", s.color)
+        legend.append(s.label + "  ")
+    return legend
+
+
+def _plot(
+    series: Sequence[Series],
+    pts: list[list[tuple[float, float]]],
+    plot_w: int,
+    plot_h: int,
+    box: tuple[float, float, float, float],
+) -> tuple[list[list[int]], list[list[str | None]]]:
+    """Each series' points joined by lines on a `plot_w` x `plot_h` grid of braille cells
+    spanning `box` (x0, x1, y0, y1): each cell's dot bits and the color that drew it last."""
+    x0, x1, y0, y1 = box
     dots_w, dots_h = plot_w * 2, plot_h * 4
     cells = [[0] * plot_w for _ in range(plot_h)]
     owner: list[list[str | None]] = [[None] * plot_w for _ in range(plot_h)]
@@ -81,27 +103,34 @@ def render_chart(series: Sequence[Series], width: int, height: int, title: str =
             if prev is None:
                 plot(*cur, s.color)
             else:
-                _line(prev, cur, lambda a, b, c=s.color: plot(a, b, c))
+                _line(prev, cur, partial(plot, color=s.color))
             prev = cur
+    return cells, owner
 
-    for row in range(plot_h):
-        if row == 0:
-            label = labels[0]
-        elif row == plot_h - 1:
-            label = labels[2]
-        elif row == plot_h // 2:
-            label = labels[1]
+
+def _y_label(labels: list[str], row: int, plot_h: int) -> str:
+    """The top, middle and bottom rows carry the y labels (max, middle, min)."""
+    if row == 0:
+        return labels[0]
+    if row == plot_h - 1:
+        return labels[2]
+    if row == plot_h // 2:
+        return labels[1]
+    return ""
+
+
+def _plot_row(cells: list[int], owner: list[str | None], label: str, gutter: int) -> Text:
+    line = Text(label.rjust(gutter - 1) + " ┤" if label else " " * gutter + "│", "dim")
+    for bits, color in zip(cells, owner, strict=True):
+        if bits:
+            line.append(chr(0x2800 + bits), color or "")
         else:
-            label = ""
-        line = Text(label.rjust(gutter - 1) + " ┤" if label else " " * gutter + "│", "dim")
-        for col in range(plot_w):
-            bits = cells[row][col]
-            if bits:
-                line.append(chr(0x2800 + bits), owner[row][col] or "")
-            else:
-                line.append(" ")
-        lines.append(line)
-    lines.append(Text(" " * gutter + "└" + "─" * plot_w, "dim"))
+            line.append(" ")
+    return line
+
+
+def _x_axis(x0: float, x1: float, gutter: int, plot_w: int) -> Text:
+    """The x labels: first and last step, and the middle one where it fits."""
     left, right = fmt_number(int(x0)), fmt_number(int(x1))
     mid = f"steps {fmt_number(int((x0 + x1) / 2))}"
     axis = " " * (gutter + 1) + left
@@ -112,11 +141,10 @@ def render_chart(series: Sequence[Series], width: int, height: int, title: str =
     else:
         axis += " " * max(1, pad)
     axis += right
-    lines.append(Text(axis, "dim"))
-    return Text("\n").join(lines[:height])
+    return Text(axis, "dim")
 
 
-def _line(a: tuple[int, int], b: tuple[int, int], plot) -> None:  # type: ignore[no-untyped-def]
+def _line(a: tuple[int, int], b: tuple[int, int], plot: Callable[[int, int], None]) -> None:
     """Bresenham from a to b."""
     (x0, y0), (x1, y1) = a, b
     dx, dy = abs(x1 - x0), -abs(y1 - y0)

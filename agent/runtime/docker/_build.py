@@ -38,6 +38,9 @@ class ContainerBuilder:
     _lib: Path
     _docker: Any
     _pull_locks: dict[str, threading.Lock]
+    # ... and by Runtime and DockerRuntime.
+    _lock: threading.RLock
+    _errors: Any
 
     def image_of(self, spec: dict[str, Any]) -> str:
         env = spec.get("environment") or {}

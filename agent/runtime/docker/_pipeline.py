@@ -8,6 +8,7 @@ import json
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,10 @@ class LogPipeline:
     _sink_ts: bool
     _tap: bool
     _delivery: Any
+    # ... and by Runtime and DockerRuntime.
+    _lock: threading.RLock
+    _errors: Any
+    _exited: Callable[..., None]  # Runtime._exited
 
     def _emit(self, aid: str, stream: str, iso: str, line: str, pos: LogPos) -> None:
         with self._log_lock:
@@ -64,7 +69,7 @@ class LogPipeline:
             self._save(st)
 
     def _on_delivered(self, lines: list[dict[str, Any]]) -> None:
-        touched: dict[str, _LogState] = {}
+        touched: dict[int, _LogState] = {}
         with self._log_lock:
             for entry in lines:
                 st = self._logs.get(str(entry.get("allocation_id")))

@@ -46,11 +46,13 @@ def upgrade() -> None:
 def _copy_model_defs_out() -> None:
     """One experiment's blob in memory at a time (this runs once, on the upgrade)."""
     conn = op.get_bind()
-    ids = conn.execute(
-        sa.text("SELECT id FROM experiments WHERE model_def IS NOT NULL ORDER BY id")
-    ).scalars()
-    for exp_id in list(ids):
-        blob = conn.execute(
+    ids: list[int] = list(
+        conn.execute(
+            sa.text("SELECT id FROM experiments WHERE model_def IS NOT NULL ORDER BY id")
+        ).scalars()
+    )
+    for exp_id in ids:
+        blob: bytes = conn.execute(
             sa.text("SELECT model_def FROM experiments WHERE id = :e"), {"e": exp_id}
         ).scalar_one()
         blob = bytes(blob)
@@ -71,12 +73,16 @@ def downgrade() -> None:
     with op.batch_alter_table("experiments") as batch:
         batch.add_column(sa.Column("model_def", sa.LargeBinary(), nullable=True))
     conn = op.get_bind()
-    ids = conn.execute(sa.text("SELECT DISTINCT experiment_id FROM model_def_chunks")).scalars()
-    for exp_id in list(ids):
-        parts = conn.execute(
-            sa.text("SELECT data FROM model_def_chunks WHERE experiment_id = :e ORDER BY seq"),
-            {"e": exp_id},
-        ).scalars()
+    ids: list[int] = list(
+        conn.execute(sa.text("SELECT DISTINCT experiment_id FROM model_def_chunks")).scalars()
+    )
+    for exp_id in ids:
+        parts: list[bytes] = list(
+            conn.execute(
+                sa.text("SELECT data FROM model_def_chunks WHERE experiment_id = :e ORDER BY seq"),
+                {"e": exp_id},
+            ).scalars()
+        )
         conn.execute(
             sa.text("UPDATE experiments SET model_def = :d WHERE id = :e"),
             {"d": b"".join(bytes(p) for p in parts), "e": exp_id},
