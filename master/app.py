@@ -14,6 +14,7 @@ from flask import Flask
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from master.api._guard import StrictJSONProvider, check_request_text
 from master.auth import authenticate, load_or_create_agent_token
 from master.config import MasterConfig
 from master.context import init_master_state, master_state
@@ -44,12 +45,14 @@ def create_app(config: MasterConfig) -> Flask:
         JSON_SORT_KEYS=False,
         AGENT_TOKEN=load_or_create_agent_token(config.data_dir),
     )
+    app.json = StrictJSONProvider(app)  # request bodies: depth, NUL, surrogates, numbers
     app.json.sort_keys = False  # type: ignore[attr-defined]
     init_master_state(app, config)
     db.init_app(app)
     if not event.contains(Session, "after_commit", after_commit):
         event.listen(Session, "after_commit", after_commit)
     register_error_handlers(app)
+    app.before_request(check_request_text)  # before auth: a NUL must not reach a query
     app.before_request(authenticate)
     register_api(app)
     from master.web import register_web
