@@ -53,6 +53,8 @@ class MasterConfig:
     checkpoint_gc_interval: float = 5.0
     # The master cannot reach checkpoint storage: agents delete checkpoints for it.
     checkpoint_gc_via_agents: bool = False
+    # The most trials one search may create (a grid's size, max_trials): checked at submit.
+    max_search_trials: int = 100_000
 
     @property
     def db_url(self) -> str:
@@ -103,6 +105,12 @@ def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfi
         if value is not None:
             setattr(cfg, key, value)
     cfg.data_dir = Path(cfg.data_dir).expanduser()
+    cap = cfg.max_search_trials
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= 2**31 - 1:
+        raise MasterConfigError(
+            f"master config: max_search_trials must be an integer from 1 to {2**31 - 1}, "
+            f"got {cap!r}"
+        )
     for key in (
         "agent_timeout",
         "scheduling_interval",
