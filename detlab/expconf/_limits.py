@@ -2,7 +2,7 @@
 can honour (its database columns, its memory, a search it can run), and a document cannot
 cost the master a hang or memory (deep nesting, YAML aliases that expand exponentially).
 
-docs/search.md ("Limits") lists these numbers; change both together.
+docs/determined-compat.md ("Limits") lists these numbers; change both together.
 """
 
 from __future__ import annotations
