@@ -42,6 +42,9 @@ def create_app(config: MasterConfig) -> Flask:
         SQLALCHEMY_DATABASE_URI=config.db_url,
         SQLALCHEMY_ENGINE_OPTIONS=_engine_options(config.db_url, config.server_threads),
         MAX_CONTENT_LENGTH=config.max_model_def_bytes + 1024 * 1024,
+        # A form field (the config YAML) may be large: its own checks name what is wrong in it
+        # (werkzeug's 500 KB default answered a bare 413 that named no field).
+        MAX_FORM_MEMORY_SIZE=16 * 1024 * 1024,
         JSON_SORT_KEYS=False,
         AGENT_TOKEN=load_or_create_agent_token(config.data_dir),
     )

@@ -134,6 +134,14 @@ CASES = [
         "name",
     ),
     Case(
+        "exp-name-1mb-form",
+        "POST",
+        "/experiments",
+        ("form-field", cfg(replace=("name: api-test", "name: " + "n" * (1 << 20)))),
+        "name",
+        says="at most 65,536",
+    ),
+    Case(
         "exp-max-length-1e30",
         "POST",
         "/experiments",
@@ -383,7 +391,11 @@ def test_bad_input_gets_a_4xx_naming_the_field_and_stores_nothing(
         r = client.open(
             url,
             method=case.method,
-            data={"config": (io.BytesIO(case.body[1].encode()), "config.yaml")},
+            data={
+                "config": case.body[1]
+                if case.body[0] == "form-field"  # a plain field, as `det` sends it
+                else (io.BytesIO(case.body[1].encode()), "config.yaml")
+            },
             headers=headers,
             content_type="multipart/form-data",
         )
