@@ -17,6 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select
 
+from detlab.protocol import PROTOCOL_VERSION
 from master.db import db
 from master.models import TaskLog
 from tests.api.conftest import AGENT, CONFIG, login, start_one, submit, trial_auth
@@ -341,6 +342,34 @@ CASES = [
         "addr",
         who="trial",
     ),
+]
+
+
+def _poll(**over: Any) -> dict[str, Any]:
+    body = {"protocol": PROTOCOL_VERSION, "resource_pool": "default", "allocations": [], "wait": 0}
+    return {**body, "slots": [{"index": 0, "type": "cpu"}], **over}
+
+
+CASES += [
+    # -- agents: what they report lands in INTEGER and VARCHAR columns -------------------------
+    Case(
+        "poll-memory-2^40",
+        "POST",
+        "/agents/a1/poll",
+        _poll(slots=[{"index": 0, "type": "gpu", "memory_mb": 2**40}]),
+        "slots[0].memory_mb",
+        who="agent",
+        says="32 bits",
+    ),
+    Case(
+        "poll-hostname-long",
+        "POST",
+        "/agents/a1/poll",
+        _poll(hostname="h" * 1000),
+        "hostname",
+        who="agent",
+    ),
+    Case("poll-list-body", "POST", "/agents/a1/poll", [1], "", who="agent", says="JSON object"),
 ]
 
 
