@@ -86,3 +86,22 @@ def test_the_search_cap_is_configurable(client: FlaskClient) -> None:
     assert "6 trials exceeds searcher cap 5" in r.json["error"]["message"]
     r = client.post("/api/v1/experiments", json={"config": text.replace("6", "5")}, headers=auth)
     assert r.status_code == 201, r.json
+
+
+def test_a_model_version_name_longer_than_its_column_is_refused(
+    app: Flask, client: FlaskClient
+) -> None:
+    from tests.api.conftest import trial_auth
+
+    auth = login(client)
+    assert submit(client, auth)["status"] == 201
+    spec = start_one(app, client)
+    uuid = "0b7d9b9e-8f43-4a55-9c7e-3f2b1a0c9d11"
+    body = {"trial_id": spec["trial_id"], "uuid": uuid, "steps_completed": 1, "resources": {}}
+    r = client.post("/api/v1/checkpoints", json=body, headers=trial_auth(spec))
+    assert r.status_code == 201, r.json
+    assert client.post("/api/v1/models", json={"name": "m1"}, headers=auth).status_code == 201
+    long = {"checkpoint_uuid": uuid, "name": "v" * 257}
+    r = client.post("/api/v1/models/m1/versions", json=long, headers=auth)
+    assert r.status_code == 400 and r.json["error"]["path"] == "name", r.json
+    assert client.get("/api/v1/models/m1/versions", headers=auth).json["model_versions"] == []
