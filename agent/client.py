@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from harness.api import API_PREFIX, Session
+from harness.api import API_PREFIX, APIError, Session
 from harness.api import is_transient as api_is_transient
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,14 @@ class Backoff:
 
     def reset(self) -> None:
         self._delay = self.first
+
+
+def is_unavailable(err: BaseException) -> bool:
+    """Whether the master (or its database) is away or busy, as opposed to failing on this
+    request: only these are worth retrying the very same request for as long as it takes."""
+    if isinstance(err, APIError):
+        return err.status in (429, 502, 503, 504)
+    return is_transient(err)
 
 
 def is_transient(err: BaseException) -> bool:
@@ -93,10 +101,13 @@ class AgentClient:
 
     def ship_logs(self, lines: list[dict[str, Any]], *, deadline: float | None = None) -> None:
         """POST /agents/{id}/logs with one batch of log lines."""
+        # A 500 is raised to the shipper rather than retried here: it may be this batch that
+        # fails (a line the master cannot store), and the shipper isolates such a line.
         self._retry(
             "ship logs",
             lambda: self.session.post(f"{self._base}/logs", json={"logs": lines}),
             deadline,
+            retry_if=is_unavailable,
         )
 
     def log_tail(self, allocation_id: str, limit: int = 2000) -> list[dict[str, Any]]:
@@ -120,13 +131,19 @@ class AgentClient:
             deadline,
         )
 
-    def _retry(self, what: str, fn: Callable[[], T], deadline: float | None) -> T:
+    def _retry(
+        self,
+        what: str,
+        fn: Callable[[], T],
+        deadline: float | None,
+        retry_if: Callable[[BaseException], bool] = is_transient,
+    ) -> T:
         backoff = Backoff()
         while True:
             try:
                 result = fn()
             except Exception as e:
-                if not is_transient(e):
+                if not retry_if(e):
                     raise
                 self._note_down(what, e)
                 delay = backoff.next()

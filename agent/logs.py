@@ -17,12 +17,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from agent.client import Backoff, is_transient
+from agent.client import Backoff, is_transient, is_unavailable
 from harness.api import Forbidden, Unauthenticated
 
 log = logging.getLogger(__name__)
 
 LogLine = dict[str, Any]
+# A batch the master answers with an internal error this many times in a row is split in two,
+# and a single line that still fails is dropped: one line the master cannot store must never
+# hold back every later line of the agent (the master replaces NUL with U+FFFD; this is the net).
+POISON_TRIES = 3
 
 
 class LogClient(Protocol):
@@ -59,6 +63,7 @@ class LogShipper:
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="log-shipper", daemon=True)
         self.shipped = 0  # lines delivered, for tests and the curious
+        self.poisoned = 0  # single lines dropped because the master kept failing on them
         self._listeners: list[Callable[[list[LogLine]], None]] = []
 
     # -- what runtimes may ask of the shipper (agent.runtime.LogDelivery) --
@@ -150,6 +155,20 @@ class LogShipper:
                     self._inflight = 0
                     self._cond.notify_all()
 
+    def _isolate(self, batch: list[LogLine], err: BaseException) -> None:
+        """Ship the halves of a batch the master keeps failing on; drop a lone failing line."""
+        if len(batch) == 1:
+            self.poisoned += 1
+            log.error(
+                "the master keeps failing on one log line of allocation %s; dropping it: %s",
+                batch[0].get("allocation_id"),
+                err,
+            )
+            return
+        half = len(batch) // 2
+        self._send(batch[:half])
+        self._send(batch[half:])
+
     def _take(self) -> list[LogLine]:
         batch: list[LogLine] = []
         for aid, n in self._dropped.items():
@@ -170,6 +189,7 @@ class LogShipper:
     def _send(self, batch: list[LogLine]) -> None:
         backoff = Backoff()
         failing = False
+        internal = 0  # consecutive answers that were the master failing on this very batch
         while True:
             try:
                 self.client.ship_logs(batch)
@@ -183,6 +203,13 @@ class LogShipper:
                     )
                     log.error("the master refused %d log lines, dropping them: %s", len(batch), why)
                     return
+                if is_unavailable(e) or isinstance(e, OSError):
+                    internal = 0  # the master is away: nothing is wrong with the batch
+                else:
+                    internal += 1
+                    if internal >= POISON_TRIES:
+                        self._isolate(batch, e)
+                        return
                 if not failing:
                     log.warning("cannot ship logs (%s); will retry", e)
                     failing = True

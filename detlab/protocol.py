@@ -80,19 +80,29 @@ class ReportedState(StrEnum):
     EXITED = "EXITED"
 
 
+INT32 = 2**31 - 1  # every integer the protocol carries lands in an INTEGER column
+
+
 def _int(value: object, path: str, *, optional: bool = False) -> int | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProtocolError(f"{path} must be an integer", path)
+    if not -INT32 - 1 <= value <= INT32:
+        raise ProtocolError(f"{path} must fit in 32 bits, got {value}", path)
     return value
 
 
-def _str(value: object, path: str, *, optional: bool = False) -> str | None:
+def _str(
+    value: object, path: str, *, optional: bool = False, max_len: int | None = None
+) -> str | None:
+    """A string; at most `max_len` characters when given (the column an agent's report lands in)."""
     if value is None and optional:
         return None
     if not isinstance(value, str):
         raise ProtocolError(f"{path} must be a string", path)
+    if max_len is not None and len(value) > max_len:
+        raise ProtocolError(f"{path} must be at most {max_len} characters", path)
     return value
 
 
@@ -127,8 +137,8 @@ class SlotReport:
         return cls(
             index=_int(d.get("index"), f"{path}.index") or 0,
             type=kind,
-            uuid=_str(d.get("uuid"), f"{path}.uuid", optional=True),
-            name=_str(d.get("name"), f"{path}.name", optional=True),
+            uuid=_str(d.get("uuid"), f"{path}.uuid", optional=True, max_len=128),
+            name=_str(d.get("name"), f"{path}.name", optional=True, max_len=256),
             memory_mb=_int(d.get("memory_mb"), f"{path}.memory_mb", optional=True),
             stats=_obj(stats, f"{path}.stats") if stats else None,
         )
@@ -155,9 +165,11 @@ class AllocationReport:
             raise ProtocolError("state must be RUNNING or EXITED", f"{path}.state") from None
         code = d.get("exit_code")
         return cls(
-            id=_str(d.get("id"), f"{path}.id") or "",
+            id=_str(d.get("id"), f"{path}.id", max_len=64) or "",
             state=state,
-            exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+            exit_code=code
+            if isinstance(code, int) and not isinstance(code, bool) and abs(code) <= INT32
+            else None,
             pid=_int(d.get("pid"), f"{path}.pid", optional=True),
             error=str(d["error"]) if d.get("error") else None,
             cause=ExitCause.parse(d.get("cause")),
@@ -198,7 +210,8 @@ class PollRequest:
             )
         wait = d.get("wait", 0)
         return cls(
-            resource_pool=_str(d.get("resource_pool") or "default", "resource_pool") or "default",
+            resource_pool=_str(d.get("resource_pool") or "default", "resource_pool", max_len=128)
+            or "default",
             slots=tuple(
                 SlotReport.parse(s, f"slots[{i}]")
                 for i, s in enumerate(_list(d.get("slots", []), "slots"))
@@ -208,9 +221,9 @@ class PollRequest:
                 for i, a in enumerate(_list(d.get("allocations", []), "allocations"))
             ),
             wait=float(wait) if isinstance(wait, int | float) and not isinstance(wait, bool) else 0,
-            hostname=_str(d.get("hostname"), "hostname", optional=True),
-            runtime=_str(d.get("runtime"), "runtime", optional=True),
-            version=_str(d.get("version"), "version", optional=True),
+            hostname=_str(d.get("hostname"), "hostname", optional=True, max_len=256),
+            runtime=_str(d.get("runtime"), "runtime", optional=True, max_len=32),
+            version=_str(d.get("version"), "version", optional=True, max_len=32),
             protocol=PROTOCOL_VERSION,
         )
 

@@ -15,6 +15,7 @@ from flask import Flask
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from master.api._guard import StrictJSONProvider, check_request_text
 from master.auth import authenticate, load_or_create_agent_token
 from master.config import MasterConfig
 from master.context import init_master_state, master_state
@@ -49,15 +50,20 @@ def create_app(config: MasterConfig) -> Flask:
         SQLALCHEMY_DATABASE_URI=config.db_url,
         SQLALCHEMY_ENGINE_OPTIONS=_engine_options(config.db_url, config.server_threads),
         MAX_CONTENT_LENGTH=config.max_model_def_bytes + 1024 * 1024,
+        # A form field (the config YAML) may be large: its own checks name what is wrong in it
+        # (werkzeug's 500 KB default answered a bare 413 that named no field).
+        MAX_FORM_MEMORY_SIZE=16 * 1024 * 1024,
         JSON_SORT_KEYS=False,
         AGENT_TOKEN=load_or_create_agent_token(config.data_dir),
     )
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json = StrictJSONProvider(app)  # request bodies: depth, NUL, surrogates, numbers
+    app.json.sort_keys = False
     init_master_state(app, config)
     db.init_app(app)
     if not event.contains(Session, "after_commit", after_commit):
         event.listen(Session, "after_commit", after_commit)
     register_error_handlers(app)
+    app.before_request(check_request_text)  # before auth: a NUL must not reach a query
     app.before_request(authenticate)
     register_api(app)
     from master.web import register_web

@@ -59,6 +59,8 @@ class MasterConfig:
     # Checkpoint directories nobody registered are deleted after this many idle seconds (must
     # exceed how long trials retry a registration, DET_MASTER_OUTAGE_S); 0 turns it off.
     orphan_checkpoint_grace: float = 3600.0
+    # The most trials one search may create (a grid's size, max_trials): checked at submit.
+    max_search_trials: int = 100_000
 
     @property
     def db_url(self) -> str:
@@ -109,10 +111,22 @@ def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfi
         if value is not None:
             setattr(cfg, key, value)
     cfg.data_dir = Path(cfg.data_dir).expanduser()
+    _check_values(cfg)
+    return cfg
+
+
+def _check_values(cfg: MasterConfig) -> None:
+    """The values (from any source) the master can honour; MasterConfigError names the key."""
     try:
         cfg.login_throttle = parse_limits(cfg.login_throttle)
     except ValueError as e:
         raise MasterConfigError(f"master config: {e}") from e
+    cap = cfg.max_search_trials
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= 2**31 - 1:
+        raise MasterConfigError(
+            f"master config: max_search_trials must be an integer from 1 to {2**31 - 1}, "
+            f"got {cap!r}"
+        )
     for key in (
         "agent_timeout",
         "scheduling_interval",
@@ -127,7 +141,6 @@ def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfi
         raise MasterConfigError(
             f"master config: orphan_checkpoint_grace must be a number >= 0, got {grace!r}"
         )
-    return cfg
 
 
 def _pools(value: Any) -> list[ResourcePoolConfig]:

@@ -92,10 +92,17 @@ def _driver_unavailable(e: BaseException) -> bool:
     return isinstance(e, psycopg2.OperationalError | psycopg2.InterfaceError)
 
 
+MAX_MESSAGE = 2000  # an error never echoes a 1 MB value back
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 15] + "... (truncated)"
+
+
 def _body(status: int, code: str, message: str, path: str | None = None) -> Response:
-    err: dict[str, str] = {"code": code, "message": message}
+    err: dict[str, str] = {"code": code, "message": _short(message)}
     if path is not None:
-        err["path"] = path
+        err["path"] = _short(path)
     resp = jsonify({"error": err})
     resp.status_code = status
     return resp

@@ -1,5 +1,6 @@
 """The experiment config: one schema for the master and the `det` CLI (stdlib + PyYAML only)."""
 
+from detlab.expconf import _limits as limits
 from detlab.expconf._determined import warnings_for
 from detlab.expconf._errors import ConfigError
 from detlab.expconf._lengths import UNITS, length_unit, max_length_value
@@ -12,6 +13,7 @@ __all__ = [
     "UNITS",
     "ConfigError",
     "length_unit",
+    "limits",
     "load_yaml",
     "max_length_value",
     "validate_experiment_config",

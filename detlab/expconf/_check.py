@@ -83,17 +83,27 @@ def get_int(
     *,
     minimum: int | None = None,
     maximum: int | None = None,
+    limit: int | None = None,
 ) -> Any:
-    """An int (not a bool) within [minimum, maximum]; None/absent -> default."""
+    """An int (not a bool) within [minimum, maximum] and at most `limit`; None/absent -> default."""
     if _absent(raw, key, path, default):
         return default
-    return expect_int(raw[key], join(path, key), minimum=minimum, maximum=maximum)
+    return expect_int(raw[key], join(path, key), minimum=minimum, maximum=maximum, limit=limit)
 
 
 def expect_int(
-    value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None
+    value: Any,
+    path: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    limit: int | None = None,
 ) -> int:
-    """Check one int value (not a bool) against its bounds."""
+    """Check one int value (not a bool) against its bounds.
+
+    `maximum` is part of the field's meaning (priority 1-99); `limit` is what the master can
+    honour (a column, a search it can run), reported as "at most".
+    """
     if minimum is not None and maximum is not None:
         want = f"an integer between {minimum} and {maximum}"
     elif minimum is not None:
@@ -104,13 +114,21 @@ def expect_int(
         raise ConfigError(path, f"expected {want}, got {describe(value)}")
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise ConfigError(path, f"expected {want}, got {value}")
+    if limit is not None and value > limit:
+        raise ConfigError(path, f"at most {limit:,}, got {value:,}")
     return int(value)
 
 
 def get_number(
-    raw: Mapping[str, Any], key: str, path: str, default: Any = None, *, above: float | None = None
+    raw: Mapping[str, Any],
+    key: str,
+    path: str,
+    default: Any = None,
+    *,
+    above: float | None = None,
+    at_most: float | None = None,
 ) -> Any:
-    """A finite number as float, strictly greater than `above` when given."""
+    """A finite number as float, strictly greater than `above` and at most `at_most` if given."""
     if _absent(raw, key, path, default):
         return default
     value = raw[key]
@@ -119,7 +137,12 @@ def get_number(
         raise ConfigError(join(path, key), f"expected {want}, got {describe(value)}")
     if above is not None and value <= above:
         raise ConfigError(join(path, key), f"expected {want}, got {value}")
-    return float(value)
+    if at_most is not None and value > at_most:
+        raise ConfigError(join(path, key), f"at most {at_most:g}, got {value:g}")
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float
+        raise ConfigError(join(path, key), f"expected {want}, got {describe(value)}") from None
 
 
 def get_bool(raw: Mapping[str, Any], key: str, path: str, default: Any = None) -> Any:
@@ -140,8 +163,9 @@ def get_str(
     *,
     choices: Iterable[str] | None = None,
     allow_empty: bool = False,
+    max_len: int | None = None,
 ) -> Any:
-    """A string, non-empty unless allowed, one of `choices` when given."""
+    """A string, non-empty unless allowed, one of `choices` when given, at most `max_len`."""
     if _absent(raw, key, path, default):
         return default
     value = raw[key]
@@ -149,6 +173,8 @@ def get_str(
         raise ConfigError(join(path, key), f"expected a string, got {describe(value)}")
     if not allow_empty and not value.strip():
         raise ConfigError(join(path, key), "must not be empty")
+    if max_len is not None and len(value) > max_len:
+        raise ConfigError(join(path, key), f"at most {max_len:,} characters, got {len(value):,}")
     if choices is not None:
         choices = list(choices)
         if value not in choices:
@@ -158,8 +184,10 @@ def get_str(
     return value
 
 
-def get_str_list(raw: Mapping[str, Any], key: str, path: str, default: Any = None) -> Any:
-    """A list of strings."""
+def get_str_list(
+    raw: Mapping[str, Any], key: str, path: str, default: Any = None, *, max_len: int | None = None
+) -> Any:
+    """A list of strings (each at most `max_len` characters when given)."""
     if _absent(raw, key, path, default):
         return list(default) if isinstance(default, list) else default
     value = raw[key]
@@ -169,6 +197,10 @@ def get_str_list(raw: Mapping[str, Any], key: str, path: str, default: Any = Non
     for i, element in enumerate(value):
         if not isinstance(element, str):
             raise ConfigError(item(here, i), f"expected a string, got {describe(element)}")
+        if max_len is not None and len(element) > max_len:
+            raise ConfigError(
+                item(here, i), f"at most {max_len:,} characters, got {len(element):,}"
+            )
     return list(value)
 
 
@@ -176,7 +208,10 @@ def get_absolute_path(raw: Mapping[str, Any], key: str, path: str, default: Any 
     """An absolute filesystem path (the master and agents must agree on where it is)."""
     value = get_str(raw, key, path, default)
     if value is not None and not value.startswith("/"):
-        raise ConfigError(join(path, key), f"expected an absolute path, got {value!r}")
+        raise ConfigError(join(path, key), f"expected an absolute path, got {describe(value)}")
+    if value is not None and ".." in value.split("/"):
+        # `/data/../../etc` is `/etc`: say where you mean, so a check on the path holds.
+        raise ConfigError(join(path, key), f"must not contain '..', got {describe(value)}")
     return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from detlab.expconf._check import (
     mapping,
 )
 from detlab.expconf._errors import ConfigError
+from detlab.expconf._limits import MAX_HP_INT, MAX_TRIALS
 
 TYPES = ("const", "int", "double", "log", "categorical", "object")
 NUMERIC = ("int", "double", "log")
@@ -76,20 +78,33 @@ def normalize_hyperparameter(raw: Any, path: str) -> dict[str, Any]:
 def _numeric(kind: str, fields: dict[str, Any], path: str) -> dict[str, Any]:
     """int/double/log ranges: bounds ordered, ints for int, count >= 1 when given."""
     if kind == "int":
-        lo = get_int(fields, "minval", path, REQUIRED)
-        hi = get_int(fields, "maxval", path, REQUIRED)
+        lo = get_int(fields, "minval", path, REQUIRED, minimum=-MAX_HP_INT, limit=MAX_HP_INT)
+        hi = get_int(fields, "maxval", path, REQUIRED, minimum=-MAX_HP_INT, limit=MAX_HP_INT)
     else:
         lo = get_number(fields, "minval", path, REQUIRED)
         hi = get_number(fields, "maxval", path, REQUIRED)
     if lo > hi:
         raise ConfigError(join(path, "maxval"), f"must be >= minval ({lo:g}), got {hi:g}")
+    if kind != "int" and not math.isfinite(hi - lo):
+        # Sampling draws lo + (hi - lo) * u: an infinite span gives inf/NaN hyperparameters.
+        raise ConfigError(join(path, "maxval"), f"maxval - minval must be finite, got {hi:g}")
     out: dict[str, Any] = {"type": kind, "minval": lo, "maxval": hi}
     if kind == "log":
         base = get_number(fields, "base", path, 10.0, above=0.0)
         if base == 1.0:
             raise ConfigError(join(path, "base"), "expected a number > 0 other than 1, got 1")
+        for key, exponent in (("minval", lo), ("maxval", hi)):
+            try:
+                finite = math.isfinite(base**exponent) and base**exponent > 0
+            except OverflowError:
+                finite = False
+            if not finite:
+                raise ConfigError(
+                    join(path, key),
+                    f"base**{key} must be a finite positive number, got {base:g}**{exponent:g}",
+                )
         out["base"] = base
-    count = get_int(fields, "count", path, None, minimum=1)
+    count = get_int(fields, "count", path, None, minimum=1, limit=MAX_TRIALS)
     if count is not None:
         out["count"] = count
     return out

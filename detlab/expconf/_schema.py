@@ -25,6 +25,15 @@ from detlab.expconf._determined import strip_unhonoured
 from detlab.expconf._errors import ConfigError
 from detlab.expconf._hparams import check_grid, normalize_hyperparameters
 from detlab.expconf._lengths import parse_length
+from detlab.expconf._limits import (
+    MAX_LABEL,
+    MAX_LENGTH,
+    MAX_NAME,
+    MAX_RECORDS_PER_EPOCH,
+    MAX_RESTARTS,
+    MAX_SHORT,
+    check_document,
+)
 from detlab.expconf._searcher import parse_searcher
 from detlab.expconf._sections import (
     merge_storage,
@@ -81,6 +90,7 @@ def validate_experiment_config(raw: Any, defaults: dict | None = None) -> dict:
         raise ConfigError("the experiment config is empty")
     if not isinstance(raw, Mapping):
         raise ConfigError(f"expected a mapping at the top level, got {describe(raw)}")
+    check_document(raw)
     # Determined 0.38 keys detlab does not act on are accepted (`warnings_for` names them).
     user = mapping(strip_unhonoured(raw), "", TOP_LEVEL_KEYS)
     merged = _merge(user, defaults) if defaults else user
@@ -110,7 +120,7 @@ def _expand(fields: dict[str, Any], *, require_storage: bool) -> dict[str, Any]:
     resources = parse_resources(fields.get("resources"))
     unmanaged = get_bool(fields, "unmanaged", "", False)
     config: dict[str, Any] = {
-        "name": get_str(fields, "name", "", DEFAULT_NAME),
+        "name": get_str(fields, "name", "", DEFAULT_NAME, max_len=MAX_NAME),
         "description": get_str(fields, "description", "", "", allow_empty=True),
         "entrypoint": _entrypoint(fields.get("entrypoint"), unmanaged),
         "hyperparameters": hparams,
@@ -121,18 +131,22 @@ def _expand(fields: dict[str, Any], *, require_storage: bool) -> dict[str, Any]:
         ),
         "min_validation_period": parse_length(fields, "min_validation_period", "", minimum=0),
         "min_checkpoint_period": parse_length(fields, "min_checkpoint_period", "", minimum=0),
-        "records_per_epoch": get_int(fields, "records_per_epoch", "", None, minimum=1),
-        "max_restarts": get_int(fields, "max_restarts", "", DEFAULT_MAX_RESTARTS, minimum=0),
+        "records_per_epoch": get_int(
+            fields, "records_per_epoch", "", None, minimum=1, limit=MAX_RECORDS_PER_EPOCH
+        ),
+        "max_restarts": get_int(
+            fields, "max_restarts", "", DEFAULT_MAX_RESTARTS, minimum=0, limit=MAX_RESTARTS
+        ),
         "environment": parse_environment(fields.get("environment"), resources["slots_per_trial"]),
         "bind_mounts": parse_bind_mounts(fields.get("bind_mounts")),
         "reproducibility": parse_reproducibility(fields.get("reproducibility")),
-        "labels": get_str_list(fields, "labels", "", []),
+        "labels": get_str_list(fields, "labels", "", [], max_len=MAX_LABEL),
         "data": get_json(fields, "data", "", {}, kind=dict),
-        "workspace": get_str(fields, "workspace", "", None),
-        "project": get_str(fields, "project", "", None),
+        "workspace": get_str(fields, "workspace", "", None, max_len=MAX_SHORT),
+        "project": get_str(fields, "project", "", None, max_len=MAX_SHORT),
         "profiling": get_json(fields, "profiling", "", {"enabled": False}, kind=dict),
         "optimizations": get_json(fields, "optimizations", "", {}, kind=dict),
-        "scheduling_unit": get_int(fields, "scheduling_unit", "", 100, minimum=1),
+        "scheduling_unit": get_int(fields, "scheduling_unit", "", 100, minimum=1, limit=MAX_LENGTH),
         "perform_initial_validation": get_bool(fields, "perform_initial_validation", "", False),
         "checkpoint_policy": get_str(
             fields, "checkpoint_policy", "", "best", choices=("best", "all", "none")
@@ -166,13 +180,20 @@ def _entrypoint(value: Any, unmanaged: bool = False) -> str:
 
 
 def _check_epochs(config: dict[str, Any]) -> None:
-    """Epoch lengths need records_per_epoch to be converted into batches."""
-    if config["records_per_epoch"] is not None:
-        return
+    """Epoch lengths need records_per_epoch to be converted into records, which must fit."""
+    per_epoch = config["records_per_epoch"]
     for where, length in (
         ("searcher.max_length", config["searcher"]["max_length"]),
         ("min_validation_period", config["min_validation_period"]),
         ("min_checkpoint_period", config["min_checkpoint_period"]),
     ):
-        if length and "epochs" in length:
+        if not length or "epochs" not in length:
+            continue
+        if per_epoch is None:
             raise ConfigError("records_per_epoch", f"required because {where} is in epochs")
+        if length["epochs"] * per_epoch > MAX_LENGTH:
+            raise ConfigError(
+                f"{where}.epochs",
+                f"{length['epochs']:,} epochs of {per_epoch:,} records exceed "
+                f"{MAX_LENGTH:,} records",
+            )

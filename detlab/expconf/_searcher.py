@@ -18,6 +18,14 @@ from detlab.expconf._check import (
 )
 from detlab.expconf._errors import ConfigError
 from detlab.expconf._lengths import parse_length
+from detlab.expconf._limits import (
+    INT32_MAX,
+    MAX_DIVISOR,
+    MAX_LENGTH,
+    MAX_RUNGS,
+    MAX_SHORT,
+    MAX_TRIALS,
+)
 
 SEARCHERS = ("single", "grid", "random", "adaptive_asha")
 MODES = ("aggressive", "standard", "conservative")
@@ -60,21 +68,25 @@ def parse_searcher(raw: Any) -> dict[str, Any]:
     single = name == "single"
     out: dict[str, Any] = {
         "name": name,
-        "metric": get_str(fields, "metric", path, REQUIRED),
+        "metric": get_str(fields, "metric", path, REQUIRED, max_len=MAX_SHORT),
         "smaller_is_better": get_bool(fields, "smaller_is_better", path, True),
         "max_length": parse_length(fields, "max_length", path, minimum=1),
         "max_trials": _max_trials(fields, name),
         "max_concurrent_trials": _max_concurrent(fields, single),
         "mode": get_str(fields, "mode", path, "standard", choices=MODES),
-        "divisor": get_number(fields, "divisor", path, 4.0, above=1.0),
-        "max_rungs": get_int(fields, "max_rungs", path, 5, minimum=1),
+        "divisor": get_number(fields, "divisor", path, 4.0, above=1.0, at_most=MAX_DIVISOR),
+        "max_rungs": get_int(fields, "max_rungs", path, 5, minimum=1, limit=MAX_RUNGS),
         "sampler": get_str(fields, "sampler", path, "random", choices=SAMPLERS),
         "bracket_rungs": _bracket_rungs(fields),
         "stop_once": get_bool(fields, "stop_once", path, False),
-        "time_metric": get_str(fields, "time_metric", path, None),
-        "max_time": get_int(fields, "max_time", path, None, minimum=1),
-        "source_trial_id": get_int(fields, "source_trial_id", path, None, minimum=0),
-        "source_checkpoint_uuid": get_str(fields, "source_checkpoint_uuid", path, None),
+        "time_metric": get_str(fields, "time_metric", path, None, max_len=MAX_SHORT),
+        "max_time": get_int(fields, "max_time", path, None, minimum=1, limit=MAX_LENGTH),
+        "source_trial_id": get_int(
+            fields, "source_trial_id", path, None, minimum=0, limit=INT32_MAX
+        ),
+        "source_checkpoint_uuid": get_str(
+            fields, "source_checkpoint_uuid", path, None, max_len=MAX_SHORT
+        ),
     }
     _check_length_or_time(out)
     return out
@@ -84,14 +96,19 @@ def _max_trials(fields: dict[str, Any], name: str) -> Any:
     """single runs one trial (a leftover max_trials is checked, then ignored); grid runs its
     whole grid unless capped; random and ASHA must be told."""
     default = REQUIRED if name in ("random", "adaptive_asha") else None
-    value = get_int(fields, "max_trials", "searcher", default, minimum=1)
+    value = get_int(fields, "max_trials", "searcher", default, minimum=1, limit=MAX_TRIALS)
     return 1 if name == "single" else value
 
 
 def _max_concurrent(fields: dict[str, Any], single: bool) -> int:
     """0 means no limit beyond max_trials; single always runs its one trial alone."""
     value = get_int(
-        fields, "max_concurrent_trials", "searcher", DEFAULT_MAX_CONCURRENT_TRIALS, minimum=0
+        fields,
+        "max_concurrent_trials",
+        "searcher",
+        DEFAULT_MAX_CONCURRENT_TRIALS,
+        minimum=0,
+        limit=MAX_TRIALS,
     )
     return 1 if single else value
 
@@ -103,8 +120,10 @@ def _bracket_rungs(fields: dict[str, Any]) -> Any:
     here = "searcher.bracket_rungs"
     if not isinstance(value, list):
         raise ConfigError(here, f"expected a list of integers >= 1, got {describe(value)}")
+    if len(value) > MAX_RUNGS:
+        raise ConfigError(here, f"at most {MAX_RUNGS} brackets, got {len(value):,}")
     for i, n in enumerate(value):
-        expect_int(n, item(here, i), minimum=1)
+        expect_int(n, item(here, i), minimum=1, limit=MAX_RUNGS)
     return list(value)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,13 @@ from detlab.expconf._check import (
     mapping,
 )
 from detlab.expconf._errors import ConfigError
+from detlab.expconf._limits import (
+    INT32_MAX,
+    MAX_KEEP,
+    MAX_SHORT,
+    MAX_SLOTS_PER_TRIAL,
+    MAX_WEIGHT,
+)
 
 DEFAULT_IMAGE = "python:3.11-slim"
 DEFAULT_PRIORITY = 42
@@ -53,11 +61,13 @@ def parse_resources(raw: Any) -> dict[str, Any]:
     )
     fields = mapping(raw if raw is not None else {}, path, keys)
     out = {
-        "slots_per_trial": get_int(fields, "slots_per_trial", path, 1, minimum=0),
-        "resource_pool": get_str(fields, "resource_pool", path, "default"),
+        "slots_per_trial": get_int(
+            fields, "slots_per_trial", path, 1, minimum=0, limit=MAX_SLOTS_PER_TRIAL
+        ),
+        "resource_pool": get_str(fields, "resource_pool", path, "default", max_len=MAX_SHORT),
         "priority": get_int(fields, "priority", path, DEFAULT_PRIORITY, minimum=1, maximum=99),
-        "weight": get_number(fields, "weight", path, 1.0, above=0.0),
-        "max_slots": get_int(fields, "max_slots", path, None, minimum=0),
+        "weight": get_number(fields, "weight", path, 1.0, above=0.0, at_most=MAX_WEIGHT),
+        "max_slots": get_int(fields, "max_slots", path, None, minimum=0, limit=INT32_MAX),
         "shm_size": _shm_size(fields.get("shm_size")),
         "devices": get_json(fields, "devices", path, [], kind=list),
         "is_single_node": get_bool(fields, "is_single_node", path, False),
@@ -75,7 +85,7 @@ def _shm_size(value: Any) -> Any:
     if value is None:
         return None
     if not isinstance(value, str):
-        return expect_int(value, "resources.shm_size", minimum=0)
+        return expect_int(value, "resources.shm_size", minimum=0, limit=2**63 - 1)
     if not _SHM.match(value.strip()):
         raise ConfigError(
             "resources.shm_size", f"expected bytes or a size like '4G', got {describe(value)}"
@@ -112,7 +122,7 @@ def parse_checkpoint_storage(raw: Any, *, require_location: bool) -> dict[str, A
     if kind == "shared_fs":
         need = REQUIRED if require_location else None
         out["host_path"] = get_absolute_path(fields, "host_path", path, need)
-        out["storage_path"] = get_str(fields, "storage_path", path, None)
+        out["storage_path"] = _storage_path(fields.get("storage_path"), out["host_path"])
         out["propagation"] = get_str(fields, "propagation", path, "rprivate")
     else:
         out["bucket"] = get_str(fields, "bucket", path, REQUIRED)
@@ -125,8 +135,36 @@ def parse_checkpoint_storage(raw: Any, *, require_location: bool) -> dict[str, A
         ("save_trial_best", 1),
         ("save_trial_latest", 1),
     ):
-        out[key] = get_int(fields, key, path, default, minimum=0)
+        out[key] = get_int(fields, key, path, default, minimum=0, limit=MAX_KEEP)
     return out
+
+
+def _storage_path(value: Any, host_path: str | None) -> str | None:
+    """Determined's rule: a subdirectory of host_path, or an absolute path inside it.
+
+    Checkpoints live at `host_path/storage_path/<uuid>` and the master deletes and serves what
+    is there: a `storage_path` of `/../../etc` or `../../etc` would point it outside the storage
+    root. Returned relative to host_path (normalised), as the harness and the master join it.
+    """
+    here = "checkpoint_storage.storage_path"
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(here, f"expected a non-empty string, got {describe(value)}")
+    if ".." in value.split("/"):
+        raise ConfigError(here, f"must stay inside host_path: '..' is not allowed, got {value!r}")
+    if not value.startswith("/"):
+        return posixpath.normpath(value)
+    if host_path is None:
+        raise ConfigError(here, "an absolute storage_path needs host_path (it must lie inside it)")
+    root, full = posixpath.normpath(host_path), posixpath.normpath(value)
+    if full == root:
+        return None
+    if not full.startswith(root.rstrip("/") + "/"):
+        raise ConfigError(
+            here, f"must lie inside host_path {host_path!r} (the storage root), got {value!r}"
+        )
+    return posixpath.relpath(full, root)
 
 
 def parse_environment(raw: Any, slots_per_trial: int) -> dict[str, Any]:

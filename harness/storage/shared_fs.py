@@ -1,7 +1,8 @@
 """Checkpoints on a filesystem every agent mounts at the same path: `<base>/<uuid>/`.
 
-`base` is `host_path`, or `host_path/storage_path` when `storage_path` is set (an absolute
-`storage_path` wins). Store and restore work in place: no copies.
+`base` is `host_path`, or `host_path/storage_path` when `storage_path` is set (the config schema
+keeps `storage_path` inside `host_path` and stores it relative; an absolute one from an older
+master still wins here). Store and restore work in place: no copies.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from typing import Any
 
 from flask import request
 
+from master.api._guard import require_object
 from master.errors import BadRequest
 
 
@@ -15,9 +16,7 @@ def json_body() -> dict[str, Any]:
         if not request.data:
             return {}
         raise BadRequest("request body must be JSON")
-    if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
-    return body
+    return require_object(body)
 
 
 def int_arg(name: str, default: int, lo: int = 0, hi: int = 2**62, args: Any = None) -> int:

@@ -6,6 +6,7 @@ from flask import Blueprint, jsonify, request
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
+from master.api._guard import sanitises_text
 from master.api._util import int_arg, json_body
 from master.auth import require_agent, require_user
 from master.db import db
@@ -29,6 +30,7 @@ def _check_id(agent_id: str) -> None:
 
 
 @bp.post("/agents/<agent_id>/poll")
+@sanitises_text  # exit reasons quote trial output: a NUL there must not fail every poll
 def poll(agent_id: str):  # type: ignore[no-untyped-def]
     require_agent(agent_id)
     _check_id(agent_id)
@@ -39,6 +41,7 @@ def poll(agent_id: str):  # type: ignore[no-untyped-def]
 
 
 @bp.post("/agents/<agent_id>/logs")
+@sanitises_text  # one line with a NUL must not fail (and re-send forever) the whole batch
 def logs(agent_id: str):  # type: ignore[no-untyped-def]
     require_agent(agent_id)
     _check_id(agent_id)

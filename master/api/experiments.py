@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
 
+from master.api._guard import require_object
 from master.api._util import bool_arg, int_arg, json_body
 from master.auth import principal, require_user
 from master.db import db
@@ -22,7 +23,7 @@ bp = Blueprint("experiments", __name__)
 def create():  # type: ignore[no-untyped-def]
     p = require_user()
     if request.mimetype == "application/json":
-        body = request.get_json(silent=True) or {}
+        body = require_object(request.get_json(silent=True) or {})
         config_text = body.get("config")
         model_def = None
     else:

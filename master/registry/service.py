@@ -40,10 +40,15 @@ def _check_name(name: Any) -> str:
     return name
 
 
+MAX_VERSION_NAME = 256  # model_versions.name is VARCHAR(256)
+
+
 def _opt_str(body: dict, key: str) -> str | None:
     v = body.get(key)
     if v is not None and not isinstance(v, str):
         raise BadRequest(f"{key} must be a string", path=key)
+    if key == "name" and v is not None and len(v) > MAX_VERSION_NAME:
+        raise BadRequest(f"name must be at most {MAX_VERSION_NAME} characters", path=key)
     return v
 
 

@@ -15,10 +15,14 @@ def promote_quota(results: int, divisor: float) -> int:
     return int(math.floor(results / divisor + 1e-9))
 
 
-def _rungs_that_fit(value: int, divisor: float) -> int:
-    """The largest r >= 1 with divisor**(r-1) <= value."""
+def _rungs_that_fit(value: int, divisor: float, limit: int) -> int:
+    """The largest r in [1, limit] with divisor**(r-1) <= value.
+
+    Stops at `limit`: with a divisor just above 1 the unbounded search would take billions of
+    steps (the submit would hang the master).
+    """
     r = 1
-    while divisor**r <= value * (1 + 1e-12):
+    while r < limit and divisor**r <= value * (1 + 1e-12):
         r += 1
     return r
 
@@ -81,7 +85,8 @@ def asha_layout(config: dict) -> list[Bracket]:
     if not brackets:
         max_rungs = int(s.get("max_rungs") or 5)
         max_rungs = min(
-            max_rungs, _rungs_that_fit(max_length, divisor), _rungs_that_fit(max_trials, divisor)
+            _rungs_that_fit(max_length, divisor, max_rungs),
+            _rungs_that_fit(max_trials, divisor, max_rungs),
         )
         brackets = mode_brackets(str(s.get("mode") or "standard"), max_rungs)
     brackets = sorted(brackets, reverse=True)  # most early stopping first

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from master.searcher._common import IndependentSearch
-from master.searcher.hparams import grid, grid_size
+from master.searcher.hparams import grid_point, grid_size
 
 
 def grid_trials(config: dict) -> int:
@@ -16,7 +16,7 @@ def grid_trials(config: dict) -> int:
 
 
 class GridSearch(IndependentSearch):
-    """Every grid point (in `hparams.grid` order), `max_concurrent_trials` at a time (0: all).
+    """Every grid point (in `hparams.grid_point` order), `max_concurrent_trials` at a time (0: all).
 
     Each trial validates once at max_length and is closed. An INVALID_HP point is not
     replaced (there is nothing else to try in its place); it counts as done.
@@ -28,13 +28,11 @@ class GridSearch(IndependentSearch):
     def __init__(self, config: dict, seed: int) -> None:
         super().__init__(config, seed)
         self._total = grid_trials(config)
-        self._points: list[dict[str, Any]] | None = None
 
     @property
     def total(self) -> int:
         return self._total
 
     def _next_hparams(self) -> dict[str, Any]:
-        if self._points is None:
-            self._points = grid(self.config.get("hyperparameters") or {})
-        return self._points[self.issued]
+        # Computed per trial: the grid is never materialised (10**9 points would not fit).
+        return grid_point(self.config.get("hyperparameters") or {}, self.issued)

@@ -37,10 +37,7 @@ def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> C
     resources = body.get("resources") or {}
     if not isinstance(metadata, dict):
         raise BadRequest("metadata must be an object", path="metadata")
-    if not isinstance(resources, dict) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in resources.values()
-    ):
-        raise BadRequest("resources must map relative paths to sizes", path="resources")
+    _check_resources(resources)
     existing = db.session.get(Checkpoint, ckpt_uuid)
     if existing is not None:
         if existing.trial_id == trial.id and existing.steps_completed == steps:
@@ -68,6 +65,32 @@ def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> C
     trial.steps_completed = max(trial.steps_completed, steps)
     db.session.commit()
     return ckpt
+
+
+MAX_CHECKPOINT_BYTES = 2**62  # the size column is BIGINT; a sum of sizes must fit
+
+
+def _check_resources(resources: Any) -> None:
+    """`{relative path: size in bytes}`: paths inside the checkpoint directory, sizes >= 0.
+
+    A key like `../../etc/passwd` or `/etc` would name a file outside the checkpoint (and
+    outside the storage root) to everything that later reads, copies or deletes by path.
+    """
+    if not isinstance(resources, dict):
+        raise BadRequest("resources must map relative paths to sizes", path="resources")
+    total = 0
+    for rel, size in resources.items():
+        here = f"resources.{rel}"
+        parts = rel.split("/")
+        if not rel or rel.startswith("/") or ".." in parts:
+            raise BadRequest(
+                f"resources: {rel!r} is not a relative path inside the checkpoint", path=here
+            )
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise BadRequest(f"resources: the size of {rel!r} must be an integer >= 0", path=here)
+        total += size
+    if total > MAX_CHECKPOINT_BYTES:
+        raise BadRequest(f"resources: sizes sum to more than {MAX_CHECKPOINT_BYTES}", "resources")
 
 
 def get(ckpt_uuid: str) -> Checkpoint:

@@ -65,6 +65,7 @@ def parse_config(config_text: str, template: str | None = None) -> dict:
             "resources.resource_pool",
             f"unknown resource pool {pool!r}; this cluster has {', '.join(cfg.pool_names())}",
         )
+    check_search_size(config, cfg.max_search_trials)
     sampler = config["searcher"].get("sampler")
     if config["searcher"]["name"] == "adaptive_asha" and (why := model_unavailable(sampler)):
         raise ConfigError("searcher.sampler", why)
@@ -97,6 +98,36 @@ def _size_of(source: IO[bytes] | bytes | None) -> int | None:
         return end - here
     except (AttributeError, OSError, ValueError):
         return None  # not seekable: the limit is enforced while it is stored
+
+
+def search_trials(config: dict) -> tuple[int, str]:
+    """How many trials a search may create, and what it is ("grid", "max_trials")."""
+    from master.searcher.grid import grid_trials
+
+    s = config["searcher"]
+    if s["name"] == "grid":
+        return grid_trials(config), "grid"
+    if s["name"] == "single":
+        return 1, "single"
+    return int(s["max_trials"]), "max_trials"
+
+
+def check_search_size(config: dict, cap: int) -> None:
+    """A search larger than the master's `max_search_trials` is refused at submit: its trials
+    (and the searcher's state) would not fit, and every state change would wait on it."""
+    n, kind = search_trials(config)
+    if n <= cap:
+        return
+    if kind == "grid":
+        raise ConfigError(
+            "hyperparameters",
+            f"grid of {n:,} trials exceeds searcher cap {cap:,} (max_search_trials); "
+            "lower the counts or set searcher.max_trials",
+        )
+    raise ConfigError(
+        "searcher.max_trials",
+        f"{n:,} trials exceeds searcher cap {cap:,} (max_search_trials)",
+    )
 
 
 def create_experiment(

@@ -12,6 +12,7 @@ from flask import current_app
 from sqlalchemy import func, select
 from sqlalchemy.orm import selectinload
 
+from detlab.expconf import limits
 from master.context import master_state, state_lock
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
@@ -197,8 +198,15 @@ def update_job(job_id: str, body: dict[str, Any]) -> Experiment:
             _set_config(exp, "priority", p)
         if "weight" in body:
             w = body["weight"]
-            if isinstance(w, bool) or not isinstance(w, int | float) or w <= 0:
-                raise BadRequest("weight must be a number > 0", path="weight")
+            if (
+                isinstance(w, bool)
+                or not isinstance(w, int | float)
+                or not 0 < w <= limits.MAX_WEIGHT
+            ):
+                raise BadRequest(
+                    f"weight must be a number > 0 and at most {limits.MAX_WEIGHT:g}",
+                    path="weight",
+                )
             exp.weight = float(w)
             _set_config(exp, "weight", float(w))
         if "resource_pool" in body:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from detlab.text import clean_text
 from master.context import master_state
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
@@ -65,7 +66,10 @@ def ingest_agent_logs(agent_id: str, entries: Any) -> int:
     rows = []
     for i, e in enumerate(entries):
         if not isinstance(e, dict) or not isinstance(e.get("line"), str):
-            raise BadRequest("each log entry needs a string 'line'", path=f"logs[{i}].line")
+            # One malformed entry costs only itself: a 400 would drop (or, from an older
+            # agent, re-send forever) every good line of the batch with it.
+            logger.warning("agent %s: log entry %d has no string 'line'; dropped", agent_id, i)
+            continue
         tid = _trial_for_allocation(str(e.get("allocation_id")), agent_id)
         if tid is None:
             continue  # an allocation the master never knew, or another agent's: drop its lines
@@ -120,7 +124,7 @@ def write_master_line(trial_id: int, alloc: Allocation | None, line: str) -> Non
                 "agent_id": alloc.agent_id if alloc else None,
                 "timestamp": utcnow(),
                 "stream": "master",
-                "line": f"[master] {line}",
+                "line": clean_text(f"[master] {line}"),  # it may quote trial output
             }
         ],
         commit=False,

@@ -12,6 +12,7 @@ from sqlalchemy import CursorResult, ScalarResult, select, text
 
 from master.db import db, iso, utcnow
 from master.errors import BadRequest
+from master.jsoncheck import INT64_MAX, check_json
 from master.models import Metric, MetricBatch, Trial
 
 GROUPS = ("training", "validation")
@@ -31,6 +32,8 @@ def parse_reports_body(raw: bytes) -> tuple[Any, str | None]:
         raise BadRequest(f"request body is not valid JSON: {e}") from None
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
+    if b"\\u0000" in raw:
+        check_json(body)  # the slow walk only when a NUL may be there: it names the field
     batch_id = body.get("batch_id")
     if batch_id is not None and (not isinstance(batch_id, str) or not 0 < len(batch_id) <= 64):
         raise BadRequest("batch_id must be a string of 1 to 64 characters", path="batch_id")
@@ -113,7 +116,7 @@ def _row(trial_id: int, i: int, r: Any, now_text: str) -> dict[str, Any]:
             path=f"reports[{i}].group",
         )
     steps = r.get("steps_completed")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= INT64_MAX:
         raise BadRequest(
             "steps_completed must be an integer >= 0", path=f"reports[{i}].steps_completed"
         )

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from detlab.expconf import ConfigError, load_yaml
+from detlab.expconf import ConfigError, limits, load_yaml
 from detlab.expconf._merge import merge_with_sources
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
@@ -32,7 +32,12 @@ def parse_template(config: Any) -> dict[str, Any]:
             raise BadRequest(f"the template is not valid YAML: {e.message}", path="config") from e
     if not isinstance(config, dict):
         raise BadRequest("a template must be a mapping of experiment-config keys", path="config")
-    return config
+    try:
+        return limits.storable_json(config)  # bounded, and storable as JSONB
+    except ConfigError as e:
+        raise BadRequest(
+            f"template: {e}", path="config." + e.path if e.path else "config"
+        ) from None
 
 
 def template_json(t: ConfigTemplate) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import pytest
 
 from agent.client import AgentClient, api_path
 from agent.logs import LogShipper
-from harness.api import BadRequest, MasterUnreachable, Session
+from harness.api import APIError, BadRequest, MasterUnreachable, Session
 from tests.unit.test_agent_loop import wait_until
 
 
@@ -122,6 +122,49 @@ def test_refused_batch_is_dropped_not_retried_forever() -> None:
     shipper.close()
 
 
+class PoisonClient(FakeClient):
+    """The master of issue 27: any batch holding a `poison` line fails with a 500."""
+
+    def ship_logs(self, lines: list[dict[str, Any]]) -> None:
+        self.calls += 1
+        if any("poison" in ln["line"] for ln in lines):
+            raise APIError(500, "internal error: ValueError: NUL", "internal")
+        self.batches.append(list(lines))
+
+
+def test_one_line_the_master_keeps_failing_on_costs_only_itself(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = PoisonClient()
+    shipper = LogShipper(client, batch_lines=64, flush_interval=0.01)
+    for i in range(40):  # queued before the thread starts: one batch of 40
+        shipper.add("a", "stdout", "poison" if i == 17 else f"l{i}")
+    shipper.start()
+    with caplog.at_level(logging.ERROR, logger="agent.logs"):
+        assert shipper.flush(60), "the poisoned batch must not be retried forever"
+    assert [ln["line"] for ln in client.lines] == [f"l{i}" for i in range(40) if i != 17]
+    assert shipper.poisoned == 1 and "dropping it" in caplog.text
+    shipper.add("a", "stdout", "later")  # and the agent ships on
+    assert shipper.flush(5)
+    assert client.lines[-1]["line"] == "later"
+    shipper.close()
+
+
+def test_an_unavailable_master_is_waited_for_not_bisected() -> None:
+    client = FakeClient()
+    client.error = APIError(503, "database unavailable", "unavailable")
+    client.down.set()
+    shipper = LogShipper(client, flush_interval=0.01).start()
+    for i in range(10):
+        shipper.add("a", "stdout", f"l{i}")
+    wait_until(lambda: client.calls >= 5, 30)
+    client.down.clear()
+    assert shipper.flush(30)
+    assert [ln["line"] for ln in client.lines] == [f"l{i}" for i in range(10)]
+    assert len(client.batches) == 1 and shipper.poisoned == 0
+    shipper.close()
+
+
 # -- the real client against a tiny HTTP server --
 
 
@@ -135,6 +178,9 @@ class _Recorder(BaseHTTPRequestHandler):
         server.requests += 1
         if self.headers.get("Authorization") != "Bearer tok":
             self._reply(401, {"error": {"code": "unauthenticated", "message": "bad token"}})
+            return
+        if any("poison" in ln.get("line", "") for ln in body.get("logs", [])):
+            self._reply(500, {"error": {"code": "internal", "message": "NUL"}})
             return
         server.received.append((self.path, body))
         self._reply(200, {"accepted": len(body.get("logs", []))})
@@ -187,6 +233,15 @@ def test_client_rejection_is_not_retried(server: Any) -> None:
         client.poll({"wait": 0})
     assert info.value.__class__.__name__ == "Unauthenticated"
     assert server.requests == 1, "a rejected token is not retried"
+
+
+def test_a_500_on_a_log_batch_goes_back_to_the_shipper(server: Any) -> None:
+    """The client retries only an unavailable master; a 500 on this batch is the shipper's
+    to isolate (before issue 27 the client retried it forever, and every later line waited)."""
+    client = AgentClient(Session(f"http://127.0.0.1:{server.server_port}", "tok"), "a")
+    with pytest.raises(APIError) as info:
+        client.ship_logs([{"allocation_id": "x", "stream": "stdout", "line": "poison"}])
+    assert info.value.status == 500 and server.requests == 1
 
 
 def _free_port() -> int:

@@ -983,12 +983,14 @@ def test_yaml_booleans_are_not_ints() -> None:
 
 # -- properties -----------------------------------------------------------------------------
 
+# Text a config may hold: PostgreSQL stores no NUL, UTF-8 no lone surrogate (both are refused).
+_storable = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
 _scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-(2**40), 2**40),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=8),
+    st.text(_storable, max_size=8),
 )
 _names = st.text(alphabet="abcdefghij_", min_size=1, max_size=6)
 
@@ -1027,9 +1029,9 @@ def test_property_valid_configs_expand_idempotently(space: dict[str, Any], name:
 
 @settings(max_examples=80, deadline=None)
 @given(value=st.one_of(_scalars, st.lists(st.integers(), max_size=2)))
-def test_property_slots_per_trial_accepts_only_non_negative_ints(value: Any) -> None:
+def test_property_slots_per_trial_accepts_only_bounded_non_negative_ints(value: Any) -> None:
     raw = base(resources={"slots_per_trial": value})
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 4096
     if ok:
         assert validate_experiment_config(raw)["resources"]["slots_per_trial"] == value
     elif value is None:
@@ -1041,7 +1043,8 @@ def test_property_slots_per_trial_accepts_only_non_negative_ints(value: Any) -> 
 _json = st.recursive(
     _scalars,
     lambda children: st.one_of(
-        st.lists(children, max_size=3), st.dictionaries(st.text(max_size=6), children, max_size=3)
+        st.lists(children, max_size=3),
+        st.dictionaries(st.text(_storable, max_size=6), children, max_size=3),
     ),
     max_leaves=10,
 )
