@@ -56,4 +56,6 @@ def require_str(body: dict, key: str) -> str:
     val = body.get(key)
     if not isinstance(val, str) or not val:
         raise BadRequest(f"{key} is required (a non-empty string)", path=key)
+    if "\x00" in val:  # PostgreSQL refuses NUL in text: name the field rather than fail later
+        raise BadRequest(f"{key} must not contain NUL characters", path=key)
     return val

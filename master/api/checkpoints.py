@@ -56,14 +56,17 @@ def list_checkpoints():  # type: ignore[no-untyped-def]
     p = principal()
     if p.kind == "agent":
         raise Forbidden("agents may not read checkpoints")
+    # Parsed once, by int_arg: `?trial_id=` or `?trial_id=x` is a 400 (or the default), never a
+    # second, unchecked int() of the raw text.
+    trial = int_arg("trial_id", 0, hi=2**31 - 1) if trial_id is not None else None
+    if trial is not None:
+        require_trial_access(trial)
     rows = svc.checkpoints_of(
-        trial_id=int_arg("trial_id", 0) if trial_id is not None else None,
-        experiment_id=int_arg("experiment_id", 0) if exp_id is not None else None,
+        trial_id=trial,
+        experiment_id=int_arg("experiment_id", 0, hi=2**31 - 1) if exp_id is not None else None,
     )
     if p.kind == "allocation":
         rows = [c for c in rows if c.experiment_id == p.experiment_id]
-    if trial_id is not None:
-        require_trial_access(int(trial_id))
     return jsonify({"checkpoints": [svc.checkpoint_json(c) for c in rows]})
 
 

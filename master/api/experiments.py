@@ -20,8 +20,7 @@ bp = Blueprint("experiments", __name__)
 def create():  # type: ignore[no-untyped-def]
     p = require_user()
     if request.mimetype == "application/json":
-        body = request.get_json(silent=True) or {}
-        config_text = body.get("config")
+        config_text = json_body().get("config")  # a list or a scalar is a 400, not a crash
         model_def = None
     else:
         config_text = request.form.get("config")

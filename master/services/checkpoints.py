@@ -66,8 +66,18 @@ def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> C
     return ckpt
 
 
+def is_uuid(value: object) -> bool:
+    """Whether `value` is a UUID string (checkpoint ids are; anything else names none)."""
+    try:
+        uuidlib.UUID(str(value))
+    except ValueError:
+        return False
+    return isinstance(value, str)
+
+
 def get(ckpt_uuid: str) -> Checkpoint:
-    ckpt = db.session.get(Checkpoint, ckpt_uuid)
+    # Not a UUID: no such checkpoint (and never a string PostgreSQL refuses, e.g. with NUL).
+    ckpt = db.session.get(Checkpoint, ckpt_uuid) if is_uuid(ckpt_uuid) else None
     if ckpt is None:
         raise NotFound(f"checkpoint {ckpt_uuid} not found")
     return ckpt

@@ -1,0 +1,55 @@
+"""Requests schemathesis found answered with a 500 (tests/api/test_api_fuzz.py), each now a 4xx."""
+
+from __future__ import annotations
+
+from flask.testing import FlaskClient
+
+from tests.api.conftest import login
+
+
+def test_a_json_list_as_the_experiment_body_is_a_400(client: FlaskClient) -> None:
+    auth = login(client)
+    r = client.post("/api/v1/experiments?validate_only=true", json=[None, None], headers=auth)
+    assert r.status_code == 400, r.json
+    assert "JSON object" in r.json["error"]["message"]
+
+
+def test_a_checkpoint_uuid_that_is_no_uuid_is_named(client: FlaskClient) -> None:
+    auth = login(client)
+    r = client.delete(
+        "/api/v1/checkpoints", json={"checkpoint_uuids": ["=x", "a\x00b"]}, headers=auth
+    )
+    assert r.status_code == 400, r.json
+    assert r.json["error"]["path"] == "checkpoint_uuids[0]"
+    for path in ("/api/v1/checkpoints/a%00b", "/api/v1/checkpoints/a%00b/download"):
+        r = client.get(path, headers=auth)
+        assert r.status_code == 404, r.json
+
+
+def test_a_nul_in_the_login_name_is_a_400(client: FlaskClient) -> None:
+    r = client.post("/api/v1/auth/login", json={"username": "ad\x00min", "password": "x"})
+    assert r.status_code == 400, r.json
+    assert r.json["error"]["path"] == "username"
+
+
+def test_repeated_or_empty_trial_id_is_parsed_once(client: FlaskClient) -> None:
+    auth = login(client)
+    r = client.get("/api/v1/checkpoints?experiment_id=1&trial_id=&trial_id=x", headers=auth)
+    assert r.status_code == 200, r.json  # the first value counts, and '' means the default
+    r = client.get("/api/v1/checkpoints?trial_id=x", headers=auth)
+    assert r.status_code == 400 and r.json["error"]["path"] == "trial_id"
+
+
+def test_model_and_version_refs_that_are_not_row_numbers_are_404s(client: FlaskClient) -> None:
+    auth = login(client)
+    assert client.post("/api/v1/models", json={"name": "m1"}, headers=auth).status_code == 201
+    for path in (
+        "/api/v1/models/%C2%B9",  # '¹' passes str.isdigit() but not int()
+        "/api/v1/models/99999999999999999999",  # past the INTEGER column
+        "/api/v1/models/a%00b",
+        "/api/v1/models/m1/versions/%C2%B9",
+        "/api/v1/models/m1/versions/99999999999999999999",
+        "/api/v1/models/m1/versions/a%00b",
+    ):
+        r = client.get(path, headers=auth)
+        assert r.status_code == 404, (path, r.json)
