@@ -45,6 +45,16 @@ def float_arg(name: str, default: float, lo: float = 0.0, hi: float = 3600.0) ->
     return max(lo, min(hi, val))
 
 
+def str_arg(name: str, default: str | None = None) -> str | None:
+    """A text query argument; NUL is a 400 naming it (PostgreSQL refuses it in a filter)."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if "\x00" in raw:
+        raise BadRequest(f"{name} must not contain NUL characters", path=name)
+    return raw
+
+
 def bool_arg(name: str, default: bool = False) -> bool:
     raw = request.args.get(name)
     if raw is None:

@@ -53,3 +53,15 @@ def test_model_and_version_refs_that_are_not_row_numbers_are_404s(client: FlaskC
     ):
         r = client.get(path, headers=auth)
         assert r.status_code == 404, (path, r.json)
+
+
+def test_a_nul_in_a_query_filter_is_a_400_naming_it(client: FlaskClient) -> None:
+    auth = login(client)
+    for path, name in (
+        ("/api/v1/models?name=a%00", "name"),
+        ("/api/v1/experiments?user=a%00", "user"),
+        ("/api/v1/job-queues?pool=a%00", "pool"),
+    ):
+        r = client.get(path, headers=auth)
+        assert r.status_code == 400, (path, r.json)
+        assert r.json["error"]["path"] == name
