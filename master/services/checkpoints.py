@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from master.db import db, iso
 from master.errors import BadRequest, Conflict, NotFound
+from master.jsontext import BIGINT_MAX, first_nul
 from master.models import Checkpoint, Trial
 
 
@@ -31,16 +32,22 @@ def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> C
     except ValueError:
         raise BadRequest("uuid must be a UUID", path="uuid") from None
     steps = body.get("steps_completed")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise BadRequest("steps_completed must be an integer >= 0", path="steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= BIGINT_MAX:
+        raise BadRequest(
+            f"steps_completed must be an integer in [0, {BIGINT_MAX}]", path="steps_completed"
+        )
     metadata = body.get("metadata") or {}
     resources = body.get("resources") or {}
     if not isinstance(metadata, dict):
         raise BadRequest("metadata must be an object", path="metadata")
     if not isinstance(resources, dict) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in resources.values()
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in resources.values()
     ):
-        raise BadRequest("resources must map relative paths to sizes", path="resources")
+        raise BadRequest("resources must map relative paths to sizes >= 0", path="resources")
+    if sum(resources.values()) > BIGINT_MAX:
+        raise BadRequest("resources add up to more bytes than can be stored", path="resources")
+    if where := first_nul(metadata, "metadata") or first_nul(resources, "resources"):
+        raise BadRequest(f"{where} must not contain NUL characters", path=where)
     if db.session.get(Checkpoint, ckpt_uuid) is not None:
         raise Conflict(f"checkpoint {ckpt_uuid} is already registered")
     exp = trial.experiment

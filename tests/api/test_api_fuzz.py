@@ -1,15 +1,20 @@
 """Schemathesis against a real master on PostgreSQL, from the spec it serves: no request gets a 5xx.
 
 Every operation of GET /api/v1/openapi.json is fuzzed (valid and invalid inputs, schemathesis's
-examples, coverage and fuzzing phases) with a bounded number of cases, as the admin (or with the
-agent token for agent routes), against a cluster holding an experiment, a template and a model.
-The only check is `not_a_server_error`: bad input must get a 4xx, never a 500.
+examples, coverage and fuzzing phases) with a bounded number of cases against a cluster holding
+an experiment whose trial really runs (on a process-runtime agent), a second one, a template and
+a model. Each operation gets the token its description lists first: the admin's, the agent
+token, or the running trial's own session token (then aimed at that trial and allocation, so the
+harness routes' bodies are fuzzed past the ownership check). The only check is
+`not_a_server_error`: bad input must get a 4xx, never a 500.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +26,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from tests.cluster import AGENT_TOKEN, Cluster, create_pg_database, drop_pg_database
+from tests.cluster import AGENT_TOKEN, Cluster, create_pg_database, drop_pg_database, wait_for
 
 # Cases per operation in the fuzzing phase (the coverage phase adds its own boundary cases).
 # DET_FUZZ_EXAMPLES raises it for a longer hunt; the default keeps the run to a few minutes.
@@ -31,9 +36,20 @@ LONG_POLL_CAP_S = 0.5
 
 CONFIG = """
 name: fuzz-seed
-entrypoint: python3 train.py
-hyperparameters: {lr: 0.1}
-searcher: {name: single, metric: loss, max_length: {batches: 100}}
+entrypoint: {python} train.py
+hyperparameters: {{lr: 0.1}}
+searcher: {{name: single, metric: loss, max_length: {{batches: 100}}}}
+checkpoint_storage: {{type: shared_fs, host_path: {ckpts}}}
+max_restarts: 0
+"""
+# The seeded trial hands its session token to the test, then waits to be fuzzed.
+TRAIN = """
+import json, os, time
+with open({out!r} + ".tmp", "w") as f:
+    json.dump({{k: os.environ[k] for k in ("DET_SESSION_TOKEN", "DET_TRIAL_ID",
+                                           "DET_ALLOCATION_ID", "DET_EXPERIMENT_ID")}}, f)
+os.rename({out!r} + ".tmp", {out!r})
+time.sleep(3600)
 """
 
 schema = (
@@ -46,51 +62,78 @@ schema = (
 )
 
 
-def _model_def() -> bytes:
+def _model_def(script: str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        data = b"print('hello')\n"
+        data = script.encode()
         info = tarfile.TarInfo("train.py")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
-def _seed(c: Cluster) -> None:
-    """Something for the fuzzer's ids to find: an experiment (with a trial), a template, a model."""
+class Target:
+    """The fuzzed cluster and the running trial whose session token the harness routes get."""
+
+    def __init__(self, cluster: Cluster, trial: dict[str, str]) -> None:
+        self.cluster = cluster
+        self.session_token = trial["DET_SESSION_TOKEN"]
+        self.trial_id = int(trial["DET_TRIAL_ID"])
+        self.allocation_id = trial["DET_ALLOCATION_ID"]
+        self.experiment_id = int(trial["DET_EXPERIMENT_ID"])
+        self.other_experiment_id = 0
+
+
+def _seed(c: Cluster, tmp: Path) -> Target:
+    """A running trial (its token written to a file), a second experiment, a template, a model."""
     auth = {"Authorization": f"Bearer {c.token}"}
-    r = requests.post(
-        c.url + "/api/v1/experiments",
-        data={"config": CONFIG},
-        files={"model_def": ("model.tar.gz", _model_def())},
+    out = tmp / "session.json"
+    config = CONFIG.format(python=sys.executable, ckpts=tmp / "ckpts")
+    exp_ids = []
+    for script in (TRAIN.format(out=str(out)), "print('hello')\n"):
+        r = requests.post(
+            c.url + "/api/v1/experiments",
+            data={"config": config},
+            files={"model_def": ("model.tar.gz", _model_def(script))},
+            headers=auth,
+            timeout=60,
+        )
+        assert r.status_code == 201, r.text
+        exp_ids.append(r.json()["experiment"]["id"])
+        if len(exp_ids) == 1:  # the second must not take the only slot first
+            wait_for(out.exists, 120, what="the seeded trial's session token")
+    r = requests.put(
+        c.url + "/api/v1/templates/base",
+        json={"config": {"description": "t"}},
         headers=auth,
         timeout=60,
-    )
-    assert r.status_code == 201, r.text
-    r = requests.put(
-        c.url + "/api/v1/templates/base", json={"config": {"description": "t"}}, headers=auth
     )
     assert r.status_code in (200, 201), r.text
     r = requests.post(c.url + "/api/v1/models", json={"name": "m1"}, headers=auth, timeout=60)
     assert r.status_code == 201, r.text
+    target = Target(c, json.loads(out.read_text()))
+    target.other_experiment_id = exp_ids[1]
+    return target
 
 
 @pytest.fixture(scope="module")
-def fuzz_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     url = create_pg_database()
-    c = Cluster(Path(tmp_path_factory.mktemp("fuzz")), url)
+    tmp = Path(tmp_path_factory.mktemp("fuzz"))
+    c = Cluster(tmp, url)
     try:
         c.start_master()
-        _seed(c)
-        yield c
+        c.start_agent("agent-1", slots=1)
+        yield _seed(c, tmp)
     finally:
         c.stop()
         drop_pg_database(url)
 
 
 @pytest.fixture(scope="module")
-def api_schema(fuzz_cluster: Cluster) -> Any:
-    loaded = schemathesis.openapi.from_url(fuzz_cluster.url + "/api/v1/openapi.json", timeout=30)
+def api_schema(fuzz_target: Target) -> Any:
+    url = fuzz_target.cluster.url + "/api/v1/openapi.json"
+    loaded = schemathesis.openapi.from_url(url, timeout=30)
     loaded.config.generation.update(
         max_examples=MAX_EXAMPLES,
         modes=["positive", "negative"],
@@ -99,13 +142,36 @@ def api_schema(fuzz_cluster: Cluster) -> Any:
     return loaded
 
 
-def _token_for(case: Any, cluster: Cluster) -> str:
-    """The agent token for agent-only routes, the admin's token for everything else."""
-    security = case.operation.definition.raw.get("security")
-    schemes = {name for req in (security or []) for name in req}
-    if schemes == {"agentToken"}:
+def _token_for(case: Any, target: Target) -> str:
+    """The token the operation's description lists first (see master/api/openapi.yaml)."""
+    security = case.operation.definition.raw.get("security") or [{"userToken": []}]
+    first = next(iter(security[0]), "userToken")
+    if first == "agentToken":
         return AGENT_TOKEN
-    return cluster.token
+    if first == "sessionToken":
+        _aim_at_the_trial(case, target)
+        return target.session_token
+    _spare_the_running_trial(case, target)
+    return target.cluster.token
+
+
+def _aim_at_the_trial(case: Any, target: Target) -> None:
+    """Harness routes: the token's own trial and allocation, so the body is what gets fuzzed."""
+    params = case.path_parameters if isinstance(case.path_parameters, dict) else {}
+    if "trial_id" in params:
+        params["trial_id"] = target.trial_id
+    if "alloc_id" in params:
+        params["alloc_id"] = target.allocation_id
+    if isinstance(case.body, dict) and isinstance(case.body.get("trial_id"), int):
+        case.body["trial_id"] = target.trial_id
+
+
+def _spare_the_running_trial(case: Any, target: Target) -> None:
+    """Pausing, cancelling or killing the seeded trial's experiment would end the trial whose
+    token the harness routes use: such steering goes to the other seeded experiment."""
+    params = case.path_parameters if isinstance(case.path_parameters, dict) else {}
+    if params.get("exp_id") == target.experiment_id and "action" in params:
+        params["exp_id"] = target.other_experiment_id
 
 
 def _cap_long_polls(case: Any) -> None:
@@ -124,7 +190,7 @@ def _cap_long_polls(case: Any) -> None:
     derandomize=os.environ.get("DET_FUZZ_RANDOM") != "1",
     suppress_health_check=list(HealthCheck),
 )
-def test_no_request_gets_a_server_error(case: Any, fuzz_cluster: Cluster) -> None:
+def test_no_request_gets_a_server_error(case: Any, fuzz_target: Target) -> None:
     _cap_long_polls(case)
-    headers = {"Authorization": f"Bearer {_token_for(case, fuzz_cluster)}"}
+    headers = {"Authorization": f"Bearer {_token_for(case, fuzz_target)}"}
     case.call_and_validate(headers=headers, checks=[not_a_server_error], timeout=30)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.api.conftest import login
+from master.jsontext import first_nul
+from tests.api.conftest import login, start_one, submit, trial_auth
 
 
 def test_a_json_list_as_the_experiment_body_is_a_400(client: FlaskClient) -> None:
@@ -65,3 +68,42 @@ def test_a_nul_in_a_query_filter_is_a_400_naming_it(client: FlaskClient) -> None
         r = client.get(path, headers=auth)
         assert r.status_code == 400, (path, r.json)
         assert r.json["error"]["path"] == name
+
+
+@pytest.mark.parametrize(
+    "body, path",
+    [
+        ({"metadata": {"a": [1, {"b": "x\x00"}]}}, "metadata.a[1].b"),
+        ({"metadata": {"k\x00": 1}}, "metadata"),
+        ({"resources": {"f\x00": 1}}, "resources"),
+        ({"resources": {"a": 2**62, "b": 2**62}}, "resources"),  # past BIGINT in all
+        ({"resources": {"a": -1}}, "resources"),
+        ({"steps_completed": 2**63}, "steps_completed"),
+    ],
+)
+def test_checkpoint_registration_refuses_what_postgresql_cannot_store(
+    app: Flask, client: FlaskClient, body: dict, path: str
+) -> None:
+    submit(client, login(client))
+    spec = start_one(app, client)
+    full = {
+        "uuid": "2f1e0c4e-27a4-4b0e-9a71-0a7c6b4d8d11",
+        "trial_id": spec["trial_id"],
+        "steps_completed": 1,
+        **body,
+    }
+    r = client.post("/api/v1/checkpoints", json=full, headers=trial_auth(spec))
+    assert r.status_code == 400, r.json
+    assert r.json["error"]["path"] == path
+    assert (
+        client.get(f"/api/v1/checkpoints/{full['uuid']}", headers=trial_auth(spec)).status_code
+        == 404
+    )
+
+
+def test_first_nul_walks_deep_values_without_recursion() -> None:
+    deep: object = "x\x00"
+    for _ in range(100_000):
+        deep = [deep]
+    assert first_nul(deep, "v") == "v" + "[0]" * 100_000
+    assert first_nul({"a": ["ok", {"b": 1}]}, "v") is None
