@@ -22,6 +22,8 @@ MAX_LINE = 64 * 1024
 
 
 def _trial_for_allocation(alloc_id: str) -> int | None:
+    if "\x00" in alloc_id:  # no allocation id holds NUL (and PostgreSQL refuses the parameter)
+        return None
     _alloc_trial = master_state().allocation_trial
     tid = _alloc_trial.get(alloc_id)
     if tid is None:
@@ -62,7 +64,9 @@ def ingest_agent_logs(agent_id: str, entries: Any) -> int:
                 "agent_id": agent_id,
                 "timestamp": _parse_ts(e.get("timestamp")),
                 "stream": stream,
-                "line": e["line"][:MAX_LINE],
+                # A NUL (PostgreSQL refuses it in text) is replaced in that line alone: one bad
+                # line never costs the batch, so never the agent's other trials' lines.
+                "line": e["line"][:MAX_LINE].replace("\x00", "\ufffd"),
             }
         )
     _insert(rows)

@@ -7,7 +7,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from master.jsontext import first_nul
-from tests.api.conftest import login, start_one, submit, trial_auth
+from tests.api.conftest import AGENT, login, start_one, submit, trial_auth
 
 
 def test_a_json_list_as_the_experiment_body_is_a_400(client: FlaskClient) -> None:
@@ -107,3 +107,23 @@ def test_first_nul_walks_deep_values_without_recursion() -> None:
         deep = [deep]
     assert first_nul(deep, "v") == "v" + "[0]" * 100_000
     assert first_nul({"a": ["ok", {"b": 1}]}, "v") is None
+
+
+def test_a_nul_in_an_agent_log_line_costs_that_line_alone(app: Flask, client: FlaskClient) -> None:
+    auth = login(client)
+    submit(client, auth)
+    spec = start_one(app, client)
+    aid = spec["allocation_id"]
+    lines = [
+        {"allocation_id": aid, "stream": "stdout", "line": "before"},
+        {"allocation_id": aid, "stream": "stdout", "line": "bad\x00line"},
+        {"allocation_id": "a\x00b", "stream": "stdout", "line": "unknown allocation"},
+        {"allocation_id": aid, "stream": "stdout", "line": "after"},
+    ]
+    r = client.post("/api/v1/agents/a1/logs", json={"logs": lines}, headers=AGENT)
+    assert r.status_code == 200 and r.json == {"accepted": 3}, r.json
+    page = client.get(f"/api/v1/trials/{spec['trial_id']}/logs", headers=auth).json
+    own = [x["line"] for x in page["logs"] if x["stream"] == "stdout"]
+    assert own == ["before", "bad\ufffdline", "after"]
+    tail = client.get("/api/v1/agents/a1/allocations/a%00b/logs", headers=AGENT)
+    assert tail.status_code == 404, tail.json
