@@ -30,7 +30,7 @@ from tests.cluster import AGENT_TOKEN, Cluster, create_pg_database, drop_pg_data
 
 # Cases per operation in the fuzzing phase (the coverage phase adds its own boundary cases).
 # DET_FUZZ_EXAMPLES raises it for a longer hunt; the default keeps the run to a few minutes.
-MAX_EXAMPLES = int(os.environ.get("DET_FUZZ_EXAMPLES", "12"))
+MAX_EXAMPLES = int(os.environ.get("DET_FUZZ_EXAMPLES", "20"))
 # Long polls are bounded so a case costs at most this (the spec allows up to 60-300 s).
 LONG_POLL_CAP_S = 0.5
 
