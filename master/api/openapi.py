@@ -24,6 +24,10 @@ COMMON_ERRORS = {
     "401": "missing, unknown or expired token",
     "403": "the token may not do this",
     "404": "no such resource",
+    # Flask answers 405 where a path matches another method's route (e.g. a non-integer version).
+    "405": "the path exists for other methods",
+    "409": "the resource's state forbids it (an illegal transition, a duplicate)",
+    "413": "the body is over the master's limit",
     "503": "the database is unavailable for a moment: retry",
 }
 

@@ -11,6 +11,7 @@ from detlab.expconf import ConfigError, load_yaml
 from detlab.expconf._merge import merge_with_sources
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
+from master.jsontext import first_nul
 from master.models import ConfigTemplate
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,255}$")
@@ -32,6 +33,8 @@ def parse_template(config: Any) -> dict[str, Any]:
             raise BadRequest(f"the template is not valid YAML: {e.message}", path="config") from e
     if not isinstance(config, dict):
         raise BadRequest("a template must be a mapping of experiment-config keys", path="config")
+    if where := first_nul(config, "config"):  # PostgreSQL refuses NUL in jsonb
+        raise BadRequest(f"{where} must not contain NUL characters", path=where)
     return config
 
 
@@ -49,7 +52,7 @@ def list_templates() -> list[ConfigTemplate]:
 
 
 def get_template(name: str) -> ConfigTemplate:
-    t = db.session.get(ConfigTemplate, name)
+    t = None if "\x00" in name else db.session.get(ConfigTemplate, name)  # no name holds NUL
     if t is None:
         raise NotFound(f"template {name!r} not found")
     return t

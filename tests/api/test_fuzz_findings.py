@@ -127,3 +127,16 @@ def test_a_nul_in_an_agent_log_line_costs_that_line_alone(app: Flask, client: Fl
     assert own == ["before", "bad\ufffdline", "after"]
     tail = client.get("/api/v1/agents/a1/allocations/a%00b/logs", headers=AGENT)
     assert tail.status_code == 404, tail.json
+
+
+def test_a_template_holding_nul_is_a_400_and_a_nul_name_a_404(client: FlaskClient) -> None:
+    auth = login(client)
+    r = client.put(
+        "/api/v1/templates/t1", json={"config": {"labels": {"a": "x\x00"}}}, headers=auth
+    )
+    assert r.status_code == 400, r.json
+    assert r.json["error"]["path"] == "config.labels.a"
+    r = client.put("/api/v1/templates/t1", json={"config": 'description: "a\\0b"'}, headers=auth)
+    assert r.status_code == 400, r.json  # YAML's \0 escape is a NUL too
+    assert client.get("/api/v1/templates/t1", headers=auth).status_code == 404  # nothing stored
+    assert client.get("/api/v1/templates/a%00b", headers=auth).status_code == 404
