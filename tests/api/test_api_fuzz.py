@@ -172,11 +172,15 @@ def _aim_at_the_trial(case: Any, target: Target) -> None:
 
 
 def _spare_the_running_trial(case: Any, target: Target) -> None:
-    """Pausing, cancelling or killing the seeded trial's experiment would end the trial whose
-    token the harness routes use: such steering goes to the other seeded experiment."""
+    """Steering the seeded trial's experiment or job (pause, kill, max_slots: 0, another pool)
+    would end the trial whose token the harness routes use: such writes go to the other one."""
+    if case.method.upper() == "GET":
+        return
     params = case.path_parameters if isinstance(case.path_parameters, dict) else {}
-    if params.get("exp_id") == target.experiment_id and "action" in params:
+    if params.get("exp_id") == target.experiment_id:
         params["exp_id"] = target.other_experiment_id
+    if params.get("job_id") == str(target.experiment_id):
+        params["job_id"] = str(target.other_experiment_id)
 
 
 def _cap_long_polls(case: Any) -> None:
@@ -199,3 +203,14 @@ def test_no_request_gets_a_server_error(case: Any, fuzz_target: Target) -> None:
     _cap_long_polls(case)
     headers = {"Authorization": f"Bearer {_token_for(case, fuzz_target)}"}
     case.call_and_validate(headers=headers, checks=CHECKS, timeout=30)
+
+
+def test_the_harness_routes_were_fuzzed_with_a_live_session_token(fuzz_target: Target) -> None:
+    """Runs after the fuzzing: the seeded trial's token still works, so the harness routes'
+    cases reached their handlers rather than stopping at a 401."""
+    r = requests.get(
+        f"{fuzz_target.cluster.url}/api/v1/trials/{fuzz_target.trial_id}/searcher/operation",
+        headers={"Authorization": f"Bearer {fuzz_target.session_token}"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
