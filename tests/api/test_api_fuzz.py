@@ -37,17 +37,19 @@ MAX_EXAMPLES = int(os.environ.get("DET_FUZZ_EXAMPLES", "20"))
 # description stays true to what the master does.
 CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
 # Long polls are bounded so a case costs at most this (the spec allows up to 60-300 s).
-LONG_POLL_CAP_S = 0.5
+LONG_POLL_CAP_S = 0.2
 
 CONFIG = """
 name: fuzz-seed
 entrypoint: {python} train.py
 hyperparameters: {{lr: 0.1}}
-searcher: {{name: single, metric: loss, max_length: {{batches: 100}}}}
+searcher: {{name: single, metric: loss, max_length: {{batches: 987654}}}}
 checkpoint_storage: {{type: shared_fs, host_path: {ckpts}}}
 max_restarts: 0
 """
-# The seeded trial hands its session token to the test, then waits to be fuzzed.
+# The seeded trial hands its session token to the test, then waits to be fuzzed. Its odd length
+# keeps a fuzzed completed_operation from finishing it (the master would then stop it, and its
+# token would end with it).
 TRAIN = """
 import json, os, time
 with open({out!r} + ".tmp", "w") as f:
@@ -177,20 +179,28 @@ def _spare_the_running_trial(case: Any, target: Target) -> None:
     if case.method.upper() == "GET":
         return
     params = case.path_parameters if isinstance(case.path_parameters, dict) else {}
-    if params.get("exp_id") == target.experiment_id:
+    if str(params.get("exp_id")) == str(target.experiment_id):
         params["exp_id"] = target.other_experiment_id
-    if params.get("job_id") == str(target.experiment_id):
+    if str(params.get("job_id")) == str(target.experiment_id):
         params["job_id"] = str(target.other_experiment_id)
 
 
 def _cap_long_polls(case: Any) -> None:
-    if isinstance(case.query, dict) and "timeout" in case.query:
-        case.query["timeout"] = LONG_POLL_CAP_S
+    """Long polls wait at most LONG_POLL_CAP_S, also where the case leaves the default (30-60 s)."""
+    declared = any(
+        p.name == "timeout" and p.location == "query" for p in case.operation.iter_parameters()
+    )
+    if declared or (isinstance(case.query, dict) and "timeout" in case.query):
+        case.query = {
+            **(case.query if isinstance(case.query, dict) else {}),
+            "timeout": LONG_POLL_CAP_S,
+        }
     if isinstance(case.body, dict) and "wait" in case.body:
         case.body["wait"] = LONG_POLL_CAP_S
 
 
 @schema.parametrize()
+@pytest.mark.timeout(max(300, 10 * MAX_EXAMPLES))  # a longer hunt gets the time it needs
 @settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,
