@@ -190,11 +190,14 @@ def _cap_long_polls(case: Any) -> None:
     declared = any(
         p.name == "timeout" and p.location == "query" for p in case.operation.iter_parameters()
     )
-    if declared or (isinstance(case.query, dict) and "timeout" in case.query):
-        case.query = {
-            **(case.query if isinstance(case.query, dict) else {}),
-            "timeout": LONG_POLL_CAP_S,
-        }
+    query = case.query if isinstance(case.query, dict) else {}
+    if declared or "timeout" in query:
+        try:  # a valid wait is capped; an invalid one stays, to be fuzzed (it gets a 400)
+            long = "timeout" not in query or not float(query["timeout"]) <= LONG_POLL_CAP_S
+        except (TypeError, ValueError):
+            long = False
+        if long:
+            case.query = {**query, "timeout": LONG_POLL_CAP_S}
     if isinstance(case.body, dict) and "wait" in case.body:
         case.body["wait"] = LONG_POLL_CAP_S
 
