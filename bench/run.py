@@ -23,6 +23,7 @@ from bench import (  # noqa: E402
     checkpoint_transfer,
     device_throughput,
     docker_start,
+    drill_clients,
     metrics_ingest,
     provisioner_cost,
     provisioner_decision,
@@ -69,6 +70,9 @@ def main() -> int:
         provisioner_cost.NAME: lambda a: provisioner_cost.run(docs=a.docs),
         provisioner_latency.NAME: lambda a: provisioner_latency.run(n=a.launches, docs=a.docs),
         quickstart_time.NAME: lambda a: quickstart_time.run(reuse_venv=a.reuse_venv, docs=a.docs),
+        drill_clients.NAME: lambda a: drill_clients.run(
+            clients=a.clients, seconds=a.drill_seconds, model_mb=a.model_mb, docs=a.docs
+        ),
     }
     parser.add_argument(
         "names", nargs="*", metavar="NAME", help=f"{', '.join(benchmarks)} (default: all)"
@@ -124,6 +128,13 @@ def main() -> int:
     parser.add_argument("--small-kb", type=int, default=1024, help="checkpoint_transfer")
     parser.add_argument(
         "--reuse-venv", metavar="PATH", help="quickstart_time: link this venv, skip the install"
+    )
+    parser.add_argument("--clients", type=int, default=200, help="drill_clients: clients")
+    parser.add_argument(
+        "--drill-seconds", type=float, default=60.0, help="drill_clients: seconds of load"
+    )
+    parser.add_argument(
+        "--model-mb", type=float, default=95.0, help="drill_clients: model definition size"
     )
     args = parser.parse_args()
     unknown = set(args.names) - set(benchmarks)

@@ -11,13 +11,24 @@ from master.api import (
     checkpoints,
     experiments,
     job_queue,
+    openapi,
     templates,
     trials,
 )
 
 
 def register_api(app: Flask) -> None:
-    modules = (auth, experiments, trials, checkpoints, agents, allocations, job_queue, templates)
+    modules = (
+        auth,
+        experiments,
+        trials,
+        checkpoints,
+        agents,
+        allocations,
+        job_queue,
+        templates,
+        openapi,
+    )
     for module in modules:
         app.register_blueprint(module.bp, url_prefix="/api/v1")
     from master.ckpt import api as checkpoint_gc

@@ -44,6 +44,16 @@ def float_arg(name: str, default: float, lo: float = 0.0, hi: float = 3600.0) ->
     return max(lo, min(hi, val))
 
 
+def str_arg(name: str, default: str | None = None) -> str | None:
+    """A text query argument; NUL is a 400 naming it (PostgreSQL refuses it in a filter)."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if "\x00" in raw:
+        raise BadRequest(f"{name} must not contain NUL characters", path=name)
+    return raw
+
+
 def bool_arg(name: str, default: bool = False) -> bool:
     raw = request.args.get(name)
     if raw is None:
@@ -55,4 +65,6 @@ def require_str(body: dict, key: str) -> str:
     val = body.get(key)
     if not isinstance(val, str) or not val:
         raise BadRequest(f"{key} is required (a non-empty string)", path=key)
+    if "\x00" in val:  # PostgreSQL refuses NUL in text: name the field rather than fail later
+        raise BadRequest(f"{key} must not contain NUL characters", path=key)
     return val

@@ -54,18 +54,19 @@ def list_checkpoints():  # type: ignore[no-untyped-def]
     p = principal()
     if p.kind == "agent":
         raise Forbidden("agents may not read checkpoints")
-    tid = int_arg("trial_id", 0) if trial_id is not None else None
-    eid = int_arg("experiment_id", 0) if exp_id is not None else None
-    # An unknown id is "not found" like everywhere else, never an empty list.
+    # Parsed once, by int_arg: `?trial_id=` or `?trial_id=x` is a 400 (or the default), never a
+    # second, unchecked int() of the raw text. An unknown id is "not found" like everywhere
+    # else, never an empty list.
+    tid = int_arg("trial_id", 0, hi=2**31 - 1) if trial_id is not None else None
+    eid = int_arg("experiment_id", 0, hi=2**31 - 1) if exp_id is not None else None
     if tid is not None:
+        require_trial_access(tid)
         get_trial(tid)
     if eid is not None:
         get_experiment(eid)
     rows = svc.checkpoints_of(trial_id=tid, experiment_id=eid)
     if p.kind == "allocation":
         rows = [c for c in rows if c.experiment_id == p.experiment_id]
-    if trial_id is not None:
-        require_trial_access(int(trial_id))
     return jsonify({"checkpoints": [svc.checkpoint_json(c) for c in rows]})
 
 

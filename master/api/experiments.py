@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response, jsonify, request
 
 from master.api._guard import require_object
-from master.api._util import bool_arg, int_arg, json_body
+from master.api._util import bool_arg, int_arg, json_body, str_arg
 from master.auth import principal, require_user
 from master.db import db
 from master.errors import BadRequest, Forbidden, NotFound
@@ -36,7 +36,7 @@ def create():  # type: ignore[no-untyped-def]
         model_def = upload.stream if upload else None
     if not isinstance(config_text, str):
         raise BadRequest("the 'config' field (experiment YAML) is required", path="config")
-    template = request.args.get("template") or None
+    template = str_arg("template") or None
     warnings = svc.config_warnings(config_text, template)
     if bool_arg("validate_only", False):  # `det experiment create --test`: nothing is stored
         config = svc.parse_config(config_text, template)
@@ -64,7 +64,7 @@ def preview_search():  # type: ignore[no-untyped-def]
 def list_experiments():  # type: ignore[no-untyped-def]
     require_user()
     states = None
-    if state := request.args.get("state"):
+    if state := str_arg("state"):
         names = [s.strip().upper() for s in state.split(",")]
         bad = [s for s in names if s not in State.__members__]
         if bad:
@@ -72,7 +72,7 @@ def list_experiments():  # type: ignore[no-untyped-def]
         states = [State(s) for s in names]
     rows, total = svc.list_experiments(
         states=states,
-        owner=request.args.get("user") or None,
+        owner=str_arg("user") or None,
         limit=int_arg("limit", 100, 1, 10000),
         offset=int_arg("offset", 0),
     )

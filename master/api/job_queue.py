@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, jsonify
 
-from master.api._util import json_body
+from master.api._util import json_body, str_arg
 from master.auth import require_user
 from master.errors import Forbidden, NotFound
 from master.services import job_queue as svc
@@ -17,7 +17,7 @@ bp = Blueprint("jobs", __name__)
 @bp.get("/job-queues")
 def job_queues():  # type: ignore[no-untyped-def]
     require_user()
-    return jsonify({"pools": svc.queue_jobs(request.args.get("pool") or None)})
+    return jsonify({"pools": svc.queue_jobs(str_arg("pool") or None)})
 
 
 @bp.patch("/jobs/<job_id>")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
-from master.api._util import bool_arg, float_arg, int_arg, json_body
+from master.api._util import bool_arg, float_arg, int_arg, json_body, str_arg
 from master.auth import require_trial_access
 from master.errors import BadRequest
 from master.services import logs as log_svc
@@ -29,7 +29,7 @@ def metrics(trial_id: int):  # type: ignore[no-untyped-def]
     after = request.args.get("after_steps")
     rows = metric_svc.read_metrics(
         trial_id,
-        request.args.get("group"),
+        str_arg("group"),
         int_arg("after_steps", 0) if after is not None else None,
         int_arg("limit", 100_000, 1, 1_000_000),
         include_superseded=bool_arg("superseded", False),
@@ -125,12 +125,12 @@ def metric_names(trial_id: int):  # type: ignore[no-untyped-def]
 def metric_series(trial_id: int):  # type: ignore[no-untyped-def]
     require_trial_access(trial_id)
     svc.get_trial(trial_id)
-    names = [n for n in (request.args.get("names") or "").split(",") if n]
+    names = [n for n in (str_arg("names") or "").split(",") if n]
     if not names:
         raise BadRequest("names is required (comma-separated metric names)", path="names")
     series, downsampled = metric_svc.metric_series(
         trial_id,
-        request.args.get("group", "training"),
+        str_arg("group") or "training",
         names[:50],
         int_arg("max_points", 500, 10, 100_000),
     )

@@ -12,6 +12,7 @@ from master.ckpt.states import CheckpointState, state_of
 from master.db import db
 from master.errors import BadRequest, Conflict, NotFound
 from master.models import Checkpoint, Experiment
+from master.services.checkpoints import is_uuid
 from master.states import is_terminal
 
 
@@ -21,6 +22,9 @@ def delete_checkpoints(
     """Mark the checkpoints DELETING (the GC job removes the files); registered ones refuse."""
     if not uuids or not all(isinstance(u, str) for u in uuids):
         raise BadRequest("give a list of checkpoint uuids", path="checkpoint_uuids")
+    for i, u in enumerate(uuids):
+        if not is_uuid(u):
+            raise BadRequest(f"{u[:80]!r} is not a checkpoint uuid", path=f"checkpoint_uuids[{i}]")
     rows = list(db.session.execute(select(Checkpoint).where(Checkpoint.uuid.in_(uuids))).scalars())
     missing = sorted(set(uuids) - {c.uuid for c in rows})
     if missing:

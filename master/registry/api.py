@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 
-from master.api._util import bool_arg, json_body
+from master.api._util import bool_arg, json_body, str_arg
 from master.auth import require_user
 from master.db import db
 from master.errors import BadRequest, Forbidden
@@ -30,7 +30,7 @@ def _may_change(m: Model) -> User | None:
 def list_models():  # type: ignore[no-untyped-def]
     require_user()
     archived = bool_arg("archived") if "archived" in request.args else None
-    rows = svc.list_models(archived, request.args.get("name"))
+    rows = svc.list_models(archived, str_arg("name"))
     return jsonify({"models": [svc.model_json(m) for m in rows]})
 
 

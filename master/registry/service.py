@@ -70,11 +70,26 @@ def _metadata(body: dict) -> dict | None:
     return v
 
 
+def _number(ref: str | int) -> int | None:
+    """`ref` as a row number when it is one (ASCII digits within an INTEGER column), else None.
+
+    `str.isdigit` alone accepts '¹' and digits past the column's range, which `int()` and the
+    database then refuse with a 500.
+    """
+    if isinstance(ref, int):
+        return ref if 0 <= ref < 2**31 else None
+    if ref.isascii() and ref.isdigit() and len(ref) < 11 and int(ref) < 2**31:
+        return int(ref)
+    return None
+
+
 # -- models ------------------------------------------------------------------------------------
 def get_model(ref: str) -> Model:
+    if "\x00" in ref:  # no name holds NUL (and PostgreSQL refuses the parameter)
+        raise NotFound(f"model {ref!r} not found")
     m = db.session.execute(select(Model).where(Model.name == ref)).scalar_one_or_none()
-    if m is None and ref.isdigit():
-        m = db.session.get(Model, int(ref))
+    if m is None and (number := _number(ref)) is not None:
+        m = db.session.get(Model, number)
     if m is None:
         raise NotFound(f"model {ref!r} not found")
     return m
@@ -187,17 +202,26 @@ def versions_of(m: Model) -> list[ModelVersion]:
 def get_version(m: Model, ref: str | int) -> ModelVersion:
     """A version by number, or by alias name."""
     if isinstance(ref, int) or str(ref).isdigit():
-        v = db.session.execute(
-            select(ModelVersion).where(
-                ModelVersion.model_id == m.id, ModelVersion.version == int(ref)
-            )
-        ).scalar_one_or_none()
+        number = _number(ref)
+        v = (
+            None
+            if number is None
+            else db.session.execute(
+                select(ModelVersion).where(
+                    ModelVersion.model_id == m.id, ModelVersion.version == number
+                )
+            ).scalar_one_or_none()
+        )
         if v is None:
             raise NotFound(f"model {m.name!r} has no version {ref}")
         return v
-    a = db.session.execute(
-        select(ModelAlias).where(ModelAlias.model_id == m.id, ModelAlias.alias == str(ref))
-    ).scalar_one_or_none()
+    a = (
+        None
+        if "\x00" in str(ref)
+        else db.session.execute(
+            select(ModelAlias).where(ModelAlias.model_id == m.id, ModelAlias.alias == str(ref))
+        ).scalar_one_or_none()
+    )
     if a is None:
         raise NotFound(f"model {m.name!r} has no alias {ref!r}")
     v = db.session.get(ModelVersion, a.version_id)
@@ -393,7 +417,9 @@ def alias_history(m: Model) -> list[dict[str, Any]]:
 def registered_checkpoint(uuid: str) -> Checkpoint | None:
     """A registered checkpoint whose rows were deleted with its experiment, rebuilt (not stored)
     from the newest version's copy; None when the checkpoint row exists or none is registered."""
-    if db.session.get(Checkpoint, uuid) is not None:
+    from master.services.checkpoints import is_uuid
+
+    if not is_uuid(uuid) or db.session.get(Checkpoint, uuid) is not None:
         return None
     v = db.session.execute(
         select(ModelVersion)

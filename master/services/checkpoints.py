@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from master.db import db, iso
 from master.errors import BadRequest, Conflict, NotFound
+from master.jsontext import BIGINT_MAX, first_nul
 from master.models import Checkpoint, Trial
 
 
@@ -31,13 +32,17 @@ def register(trial: Trial, allocation_id: str | None, body: dict[str, Any]) -> C
     except ValueError:
         raise BadRequest("uuid must be a UUID", path="uuid") from None
     steps = body.get("steps_completed")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise BadRequest("steps_completed must be an integer >= 0", path="steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps <= BIGINT_MAX:
+        raise BadRequest(
+            f"steps_completed must be an integer in [0, {BIGINT_MAX}]", path="steps_completed"
+        )
     metadata = body.get("metadata") or {}
     resources = body.get("resources") or {}
     if not isinstance(metadata, dict):
         raise BadRequest("metadata must be an object", path="metadata")
     _check_resources(resources)
+    if where := first_nul(metadata, "metadata") or first_nul(resources, "resources"):
+        raise BadRequest(f"{where} must not contain NUL characters", path=where)
     existing = db.session.get(Checkpoint, ckpt_uuid)
     if existing is not None:
         if existing.trial_id == trial.id and existing.steps_completed == steps:
@@ -93,8 +98,18 @@ def _check_resources(resources: Any) -> None:
         raise BadRequest(f"resources: sizes sum to more than {MAX_CHECKPOINT_BYTES}", "resources")
 
 
+def is_uuid(value: object) -> bool:
+    """Whether `value` is a UUID string (checkpoint ids are; anything else names none)."""
+    try:
+        uuidlib.UUID(str(value))
+    except ValueError:
+        return False
+    return isinstance(value, str)
+
+
 def get(ckpt_uuid: str) -> Checkpoint:
-    ckpt = db.session.get(Checkpoint, ckpt_uuid)
+    # Not a UUID: no such checkpoint (and never a string PostgreSQL refuses, e.g. with NUL).
+    ckpt = db.session.get(Checkpoint, ckpt_uuid) if is_uuid(ckpt_uuid) else None
     if ckpt is None:
         raise NotFound(f"checkpoint {ckpt_uuid} not found")
     return ckpt

@@ -30,6 +30,8 @@ def _trial_for_allocation(alloc_id: str, agent_id: str | None = None) -> int | N
     An agent may only write lines of allocations it runs or ran: the cluster's agent token must
     not be a way to forge lines in any trial's log.
     """
+    if "\x00" in alloc_id:  # no allocation id holds NUL (and PostgreSQL refuses the parameter)
+        return None
     cache = master_state().allocation_trial
     hit = cache.get(alloc_id)
     if hit is None or (agent_id is not None and agent_id not in hit[1]):
@@ -81,7 +83,9 @@ def ingest_agent_logs(agent_id: str, entries: Any) -> int:
                 "agent_id": agent_id,
                 "timestamp": _parse_ts(e.get("timestamp")),
                 "stream": stream,
-                "line": e["line"][:MAX_LINE],
+                # A NUL (PostgreSQL refuses it in text) is replaced in that line alone: one bad
+                # line never costs the batch, so never the agent's other trials' lines.
+                "line": e["line"][:MAX_LINE].replace("\x00", "\ufffd"),
             }
         )
     _insert(rows)

@@ -54,7 +54,7 @@ def list_templates() -> list[ConfigTemplate]:
 
 
 def get_template(name: str) -> ConfigTemplate:
-    t = db.session.get(ConfigTemplate, name)
+    t = None if "\x00" in name else db.session.get(ConfigTemplate, name)  # no name holds NUL
     if t is None:
         raise NotFound(f"template {name!r} not found")
     return t
