@@ -57,8 +57,9 @@ def list_checkpoints():  # type: ignore[no-untyped-def]
     # Parsed once, by int_arg: `?trial_id=` or `?trial_id=x` is a 400 (or the default), never a
     # second, unchecked int() of the raw text. An unknown id is "not found" like everywhere
     # else, never an empty list.
-    tid = int_arg("trial_id", 0, hi=2**31 - 1) if trial_id is not None else None
-    eid = int_arg("experiment_id", 0, hi=2**31 - 1) if exp_id is not None else None
+    # An empty value means no filter (0 names no row).
+    tid = int_arg("trial_id", 0, hi=2**31 - 1) or None if trial_id is not None else None
+    eid = int_arg("experiment_id", 0, hi=2**31 - 1) or None if exp_id is not None else None
     if tid is not None:
         require_trial_access(tid)
         get_trial(tid)

@@ -51,6 +51,7 @@ def R(method: str, path: str, expect: str, url: str = "", body: Any = None) -> R
 TABLE = [
     #                                                                ano oth own adm agt tri o.t
     R("GET", "/health",                                             "200 200 200 200 200 200 200"),
+    R("GET", "/openapi.json",                                       "200 200 200 200 200 200 200"),
     R("POST", "/auth/login",                                        "200 200 200 200 200 200 200",
       body=lambda w: {"username": "alice", "password": "alice-password"}),
     R("GET", "/me",                                                 "401 200 200 200 403 403 403"),
