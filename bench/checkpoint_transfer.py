@@ -172,7 +172,7 @@ def _gc_planning_db(n: int = 10_000, trials: int = 100) -> dict:
     import tempfile as _tempfile
 
     from bench._cluster import database
-    from master.app import create_app
+    from master.app import create_app, prepare_database
     from master.ckpt.gc import plan_experiment
     from master.config import MasterConfig
     from master.db import db, utcnow
@@ -183,7 +183,8 @@ def _gc_planning_db(n: int = 10_000, trials: int = 100) -> dict:
     rng = random.Random(5)
     with database("detlab_bench_gc") as url:
         data = Path(_tempfile.mkdtemp(prefix="det-bench-gc-"))
-        app = create_app(MasterConfig(db=url, data_dir=data), start_background=False)
+        app = create_app(MasterConfig(db=url, data_dir=data))
+        prepare_database(app)  # the schema and the admin (owner 1)
         with app.app_context():
             exp = Experiment(
                 name="gc-bench",
