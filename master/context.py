@@ -16,6 +16,7 @@ from flask import Flask, current_app
 
 from master.config import MasterConfig
 from master.notify import Hub
+from master.services.log_tail import LogTails
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -73,6 +74,8 @@ class MasterState:
     agent_busy: dict[str, tuple[int, bool]] = field(default_factory=dict)
     # Moves whenever an allocation is created or ends (after the commit): cache invalidation.
     allocation_generation: int = 0
+    # Followed trials' newest log lines, shared by their followers (services/log_tail.py).
+    log_tails: LogTails = field(default_factory=LogTails)
     # allocation id -> trial id, for log ingest.
     allocation_trial: dict[str, int] = field(default_factory=dict)
     # Buffered agent heartbeats: agent id -> (last seen, slot stats).
