@@ -85,6 +85,14 @@ def start_jobs(app: Flask, state: MasterState) -> BackgroundScheduler:
     sched.add_job(
         _in_app(app, gc_tick), "interval", seconds=cfg.checkpoint_gc_interval, id="checkpoint_gc"
     )
+    from master.ckpt.orphans import sweep_all
+
+    sched.add_job(
+        _in_app(app, sweep_all),
+        "interval",
+        seconds=cfg.checkpoint_orphan_interval,
+        id="checkpoint_orphans",
+    )
     if any(p.provider is not None for p in cfg.resource_pools):
         from master.db import utcnow
         from master.provisioner.service import provision_pass

@@ -53,6 +53,10 @@ class MasterConfig:
     checkpoint_gc_interval: float = 5.0
     # The master cannot reach checkpoint storage: agents delete checkpoints for it.
     checkpoint_gc_via_agents: bool = False
+    # How often partial uploads (objects of no registered checkpoint, unfinished multipart
+    # uploads) are looked for in the experiments' object stores, and how old they must be.
+    checkpoint_orphan_interval: float = 3600.0
+    checkpoint_orphan_grace: float = 86400.0
 
     @property
     def db_url(self) -> str:
@@ -108,6 +112,8 @@ def load_master_config(path: str | Path | None, **overrides: Any) -> MasterConfi
         "scheduling_interval",
         "preemption_timeout",
         "checkpoint_gc_interval",
+        "checkpoint_orphan_interval",
+        "checkpoint_orphan_grace",
     ):
         val = getattr(cfg, key)
         if not isinstance(val, int | float) or isinstance(val, bool) or val <= 0:

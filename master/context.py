@@ -85,6 +85,8 @@ class MasterState:
     checkpoint_gc_lock: threading.Lock = field(default_factory=threading.Lock)
     storage_backends_lock: threading.Lock = field(default_factory=threading.Lock)
     storage_backends: dict[str, Any] = field(default_factory=dict)
+    # Unfinished S3 multipart uploads (upload id -> when first seen), for the orphan sweep.
+    upload_first_seen: dict[str, datetime] = field(default_factory=dict)
     # Set when checkpoint deletions wait for an agent (storage only agents reach).
     checkpoint_agent_work: threading.Event = field(default_factory=threading.Event)
     # Elastic pools: a provider adapter per pool, and when the provisioner started.

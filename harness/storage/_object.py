@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,19 @@ class ObjectStorageManager(StorageManager):
     @abc.abstractmethod
     def _read(self, key: str) -> bytes | None:
         """One object's bytes, or None when it does not exist."""
+
+    @abc.abstractmethod
+    def _list_times(self, prefix: str) -> dict[str, datetime]:
+        """`{key: last modified (aware)}` of every object whose key starts with `prefix`."""
+
+    def unfinished_uploads(self) -> list[tuple[str, str, datetime]]:
+        """`(key, upload id, begun)` of uploads under the prefix never completed (S3's multipart
+        uploads; GCS has no listing of resumable sessions, which expire on their own in a
+        week)."""
+        return []
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        """Abort one of `unfinished_uploads()` (its stored parts are freed)."""
 
     # -- keys --------------------------------------------------------------------------------
     def _root(self, uuid: str) -> str:
@@ -126,6 +140,27 @@ class ObjectStorageManager(StorageManager):
         keys = list(self._list(root))
         if globs is not None:
             keys = [k for k in keys if any(fnmatch.fnmatch(k[len(root) :], g) for g in globs)]
+        if keys:
+            self._delete_keys(keys)
+
+    # -- partial uploads (the master's orphan sweep) -----------------------------------------
+    def stale_directories(self, before: datetime) -> dict[str, list[str]]:
+        """`{name: keys}` of each `<prefix>/<name>/` whose newest object is older than `before`
+        (a killed upload's leftovers look like this; the caller decides which names are
+        orphans)."""
+        root = f"{self.prefix}/" if self.prefix else ""
+        keys: dict[str, list[str]] = {}
+        newest: dict[str, datetime] = {}
+        for key, when in self._list_times(root).items():
+            name, sep, _rest = key[len(root) :].partition("/")
+            if not sep or not name:
+                continue  # an object directly under the prefix: not a checkpoint's
+            keys.setdefault(name, []).append(key)
+            if name not in newest or when > newest[name]:
+                newest[name] = when
+        return {name: ks for name, ks in keys.items() if newest[name] < before}
+
+    def delete_keys(self, keys: list[str]) -> None:
         if keys:
             self._delete_keys(keys)
 

@@ -8,6 +8,7 @@ SDK's transfer manager (threads).
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,13 @@ class GCSStorageManager(ObjectStorageManager):
                 self._bucket.blob(key).delete()
             except gexc.NotFound:
                 pass  # already gone counts as deleted
+
+    def _list_times(self, prefix: str) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        for b in self.client.list_blobs(self.bucket, prefix=prefix):
+            when = b.updated or b.time_created
+            out[b.name] = when if when.tzinfo else when.replace(tzinfo=UTC)
+        return out
 
     def _read(self, key: str) -> bytes | None:
         try:

@@ -9,6 +9,7 @@ files go up and down in parallel multipart chunks.
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,33 @@ class S3StorageManager(ObjectStorageManager):
                     f"S3 refused to delete {len(errors)} object(s) in {self.bucket}, e.g. "
                     f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
                 )
+
+    def _list_times(self, prefix: str) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        for page in pages:
+            for obj in page.get("Contents", []):
+                out[obj["Key"]] = obj["LastModified"]
+        return out
+
+    def unfinished_uploads(self) -> list[tuple[str, str, datetime]]:
+        out = []
+        pages = self.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}/" if self.prefix else ""
+        )
+        for page in pages:
+            for up in page.get("Uploads", []):
+                out.append((up["Key"], up["UploadId"], up["Initiated"]))
+        return out
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                raise
 
     def _read(self, key: str) -> bytes | None:
         try:
