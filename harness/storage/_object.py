@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.storage import METADATA_FILE, Selector, StorageManager, list_resources
+from harness.storage.journal import Journal, journal_path
 
 # Files a worker transfers at once (the SDKs' own defaults are 10 for boto3, 8 for GCS).
 DEFAULT_CONCURRENCY = 16
@@ -47,14 +48,23 @@ class ObjectStorageManager(StorageManager):
 
     # -- the bytes: one implementation per SDK ---------------------------------------------
     @abc.abstractmethod
-    def _upload_files(self, files: list[tuple[Path, str]]) -> None:
-        """Upload every `(local file, key)`; raise if any fails."""
+    def _upload_files(self, files: list[tuple[Path, str]], journal: Journal | None = None) -> None:
+        """Upload every `(local file, key)`, recording each finished one (and whatever lets a
+        large file resume) in `journal`; raise if any fails."""
 
     @abc.abstractmethod
     def _download_files(
-        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+        self,
+        files: list[tuple[str, Path]],
+        meta: dict[str, tuple[int, str | None]] | None = None,
+        journal: Journal | None = None,
     ) -> None:
-        """Download every `(key, local file)` (`sizes`: known object sizes); raise if any fails."""
+        """Download every `(key, local file)` (`meta`: known `(size, etag)` of the objects),
+        recording progress in `journal`; raise if any fails."""
+
+    def _list_meta(self, prefix: str) -> dict[str, tuple[int, str | None]]:
+        """`{key: (size, etag)}` under `prefix` (etag None when the store gives none)."""
+        return {key: (size, None) for key, size in self._list(prefix).items()}
 
     @abc.abstractmethod
     def _list(self, prefix: str) -> dict[str, int]:
@@ -107,6 +117,9 @@ class ObjectStorageManager(StorageManager):
 
     # -- StorageManager ------------------------------------------------------------------------
     def upload(self, src: Path, uuid: str, paths: set[str] | None = None) -> None:
+        """Upload the files; an upload of the same directory killed before resumes: files its
+        journal recorded finished (same size and mtime, object present) are skipped, and a
+        large file's S3 multipart upload continues from its stored parts."""
         src = Path(src)
         root = self._root(uuid)
         rels = paths if paths is not None else set(list_resources(src))
@@ -115,25 +128,66 @@ class ObjectStorageManager(StorageManager):
             for rel in sorted(rels)
             if not rel.endswith("/") and (src / rel).is_file()
         ]
-        if files:
-            self._upload_files(files)
+        if not files:
+            return
+        journal = Journal(journal_path(src, uuid, "upload"))
+        done = journal.finished()
+        stored = self._list(root) if done else {}
+        todo = []
+        for path, key in files:
+            st = path.stat()
+            r = done.get(key)
+            if (
+                r is not None
+                and r.get("size") == st.st_size
+                and r.get("mtime_ns") == st.st_mtime_ns
+                and stored.get(key) == st.st_size
+            ):
+                continue
+            todo.append((path, key))
+        try:
+            if todo:
+                self._upload_files(todo, journal)
+        finally:
+            journal.close()
+        journal.finish()
 
     def download(self, uuid: str, dst: Path, selector: Selector | None = None) -> None:
+        """Download the files; a download into the same directory killed before resumes: files
+        its journal recorded finished (same size and etag, present on disk) are skipped, and a
+        large S3 object continues from its downloaded chunks."""
         dst = Path(dst)
-        names = self.list_files(uuid)
-        if not names:
-            raise FileNotFoundError(f"checkpoint {uuid} not found at {self.location(uuid)}")
         root = self._root(uuid)
+        meta = self._list_meta(root)
+        if not meta:
+            raise FileNotFoundError(f"checkpoint {uuid} not found at {self.location(uuid)}")
+        dst.mkdir(parents=True, exist_ok=True)
+        journal = Journal(journal_path(dst, uuid, "download"))
+        done = journal.finished()
         files = []
-        sizes = {root + rel: size for rel, size in names.items()}
-        for rel in sorted(names):
+        for key in sorted(meta):
+            rel = key[len(root) :]
             if rel.endswith("/") or (selector is not None and not selector(rel)):
                 continue
             target = dst / rel
+            size, etag = meta[key]
+            r = done.get(key)
+            if (
+                etag is not None
+                and r is not None
+                and (r.get("size"), r.get("etag")) == (size, etag)
+                and target.is_file()
+                and target.stat().st_size == size
+            ):
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
-            files.append((root + rel, target))
-        if files:
-            self._download_files(files, sizes)
+            files.append((key, target))
+        try:
+            if files:
+                self._download_files(files, meta, journal)
+        finally:
+            journal.close()
+        journal.finish()
 
     def delete(self, uuid: str, globs: list[str] | None = None) -> None:
         root = self._root(uuid)

@@ -1,22 +1,25 @@
 """Checkpoints in a Google Cloud Storage bucket through google-cloud-storage.
 
 Credentials come from Application Default Credentials. When `STORAGE_EMULATOR_HOST` is set (a
-local emulator), the client talks to it anonymously. Many files move concurrently through the
-SDK's transfer manager (threads).
+local emulator), the client talks to it anonymously. Many files move concurrently (a thread per
+file in flight, as the SDK's transfer manager does), each journaled as it finishes so a killed
+transfer restarts with the files it had not finished (a half-sent file starts over: GCS
+resumable sessions are not resumed across processes).
 """
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import storage
-from google.cloud.storage import transfer_manager
 
 from harness.storage._object import DEFAULT_CONCURRENCY, ObjectStorageManager
+from harness.storage.journal import Journal
 
 
 def make_client(project: str | None = None) -> storage.Client:
@@ -47,34 +50,53 @@ class GCSStorageManager(ObjectStorageManager):
     def __repr__(self) -> str:
         return f"GCSStorageManager(bucket={self.bucket!r}, prefix={self.prefix!r})"
 
-    @staticmethod
-    def _raise_first(results: list[Any]) -> None:
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+    def _run(self, jobs: list[Any]) -> None:
+        """Run the callables on `concurrency` threads; raise the first failure."""
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="det-gcs") as pool:
+            futures = [pool.submit(job) for job in jobs]
+            for f in futures:
+                f.result()
 
-    def _upload_files(self, files: list[tuple[Path, str]]) -> None:
-        pairs = [(str(path), self._bucket.blob(key)) for path, key in files]
-        results = transfer_manager.upload_many(
-            pairs,
-            skip_if_exists=False,
-            raise_exception=True,
-            worker_type=transfer_manager.THREAD,
-            max_workers=self.concurrency,
-        )
-        self._raise_first(results)
+    def _upload_files(self, files: list[tuple[Path, str]], journal: Journal | None = None) -> None:
+        # One thread per file in flight (what the SDK's transfer manager does with THREAD
+        # workers), each journaled as it finishes: a restarted upload skips the finished ones.
+        journal = journal or Journal(None)
+
+        def job(path: Path, key: str) -> Any:
+            def run() -> None:
+                st = path.stat()
+                self._bucket.blob(key).upload_from_filename(str(path))
+                journal.add(
+                    {"kind": "file", "key": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+                )
+
+            return run
+
+        self._run([job(path, key) for path, key in files])
 
     def _download_files(
-        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+        self,
+        files: list[tuple[str, Path]],
+        meta: dict[str, tuple[int, str | None]] | None = None,
+        journal: Journal | None = None,
     ) -> None:
-        pairs = [(self._bucket.blob(key), str(path)) for key, path in files]
-        results = transfer_manager.download_many(
-            pairs,
-            raise_exception=True,
-            worker_type=transfer_manager.THREAD,
-            max_workers=self.concurrency,
-        )
-        self._raise_first(results)
+        journal, meta = journal or Journal(None), meta or {}
+
+        def job(key: str, path: Path) -> Any:
+            def run() -> None:
+                size, etag = meta.get(key, (None, None))
+                self._bucket.blob(key).download_to_filename(str(path))
+                journal.add({"kind": "file", "key": key, "size": size, "etag": etag})
+
+            return run
+
+        self._run([job(key, path) for key, path in files])
+
+    def _list_meta(self, prefix: str) -> dict[str, tuple[int, str | None]]:
+        return {
+            b.name: (int(b.size or 0), b.etag or b.md5_hash)
+            for b in self.client.list_blobs(self.bucket, prefix=prefix)
+        }
 
     def _list(self, prefix: str) -> dict[str, int]:
         return {

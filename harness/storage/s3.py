@@ -14,24 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from boto3.s3.transfer import TransferConfig, create_transfer_manager
+from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from s3transfer.subscribers import BaseSubscriber
 
+from harness.storage import s3_resume
 from harness.storage._object import DEFAULT_CONCURRENCY, ObjectStorageManager
+from harness.storage.journal import Journal
 
 MiB = 1024 * 1024
-
-
-class _KnownSize(BaseSubscriber):
-    """Tells the transfer manager an object's size (from the listing): no HeadObject per file."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def on_queued(self, future: Any, **kwargs: Any) -> None:
-        future.meta.provide_transfer_size(self.size)
 
 
 class S3StorageManager(ObjectStorageManager):
@@ -72,28 +63,26 @@ class S3StorageManager(ObjectStorageManager):
     def __repr__(self) -> str:  # never the credentials
         return f"S3StorageManager(bucket={self.bucket!r}, prefix={self.prefix!r})"
 
-    def _upload_files(self, files: list[tuple[Path, str]]) -> None:
-        with create_transfer_manager(self.client, self.transfer_config) as tm:
-            futures = [tm.upload(str(path), self.bucket, key) for path, key in files]
-            for f in futures:
-                f.result()
+    def _upload_files(self, files: list[tuple[Path, str]], journal: Journal | None = None) -> None:
+        s3_resume.upload_files(self, files, journal or Journal(None))
 
     def _download_files(
-        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+        self,
+        files: list[tuple[str, Path]],
+        meta: dict[str, tuple[int, str | None]] | None = None,
+        journal: Journal | None = None,
     ) -> None:
-        sizes = sizes or {}
-        with create_transfer_manager(self.client, self.transfer_config) as tm:
-            futures = [
-                tm.download(
-                    self.bucket,
-                    key,
-                    str(path),
-                    subscribers=[_KnownSize(sizes[key])] if key in sizes else None,
-                )
-                for key, path in files
-            ]
-            for f in futures:
-                f.result()
+        s3_resume.download_files(self, files, meta or {}, journal or Journal(None))
+
+    def _list_meta(self, prefix: str) -> dict[str, tuple[int, str | None]]:
+        out: dict[str, tuple[int, str | None]] = {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        for page in pages:
+            for obj in page.get("Contents", []):
+                out[obj["Key"]] = (int(obj["Size"]), obj.get("ETag"))
+        return out
 
     def _list(self, prefix: str) -> dict[str, int]:
         out: dict[str, int] = {}
