@@ -169,3 +169,19 @@ def test_gcs_transfers_skip_finished_files(gcs_storage: dict[str, Any], tmp_path
     out = tmp_path / "out"
     backend.download(uuid, out)
     assert _digests(out) == want
+
+
+def test_journal_ignores_a_torn_line_and_goes_when_finished(tmp_path: Path) -> None:
+    path = journal_path(tmp_path / "ckpt", "u1", "upload")
+    assert path == tmp_path / ".ckpt.u1.det-upload"  # beside the directory, not in it
+    j = Journal(path)
+    j.add({"kind": "file", "key": "a", "size": 1})
+    j.add({"kind": "multipart", "key": "b", "upload_id": "x"})
+    j.close()
+    with open(path, "a") as f:
+        f.write('{"kind": "file", "key": "c", "si')  # a kill mid-write
+    again = Journal(path)
+    assert set(again.finished()) == {"a"}
+    assert again.records("multipart")[0]["upload_id"] == "x"
+    again.finish()
+    assert not path.exists()
