@@ -226,6 +226,8 @@ class ObjectStorageManager(StorageManager):
             self.upload(tmp, uuid)  # only a cleanly written checkpoint leaves this machine
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            # A temp directory is never uploaded again: its journal (after a failure) is moot.
+            journal_path(tmp, uuid, "upload").unlink(missing_ok=True)
 
     @contextlib.contextmanager
     def restore_path(self, uuid: str, selector: Selector | None = None) -> Iterator[Path]:
@@ -235,6 +237,7 @@ class ObjectStorageManager(StorageManager):
             yield tmp
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            journal_path(tmp, uuid, "download").unlink(missing_ok=True)
 
 
 def env_or(config: dict[str, Any], key: str, env: str) -> str | None:
