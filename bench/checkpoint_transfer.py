@@ -273,10 +273,18 @@ def _gc_deletion(endpoint: str, bucket: str, n: int) -> dict:
     for u in uuids:
         for name in ("state.pt", "metadata.json"):
             base.put_object(Bucket=bucket, Key=f"gc/{u}/{name}", Body=b"x" * 1024)
-    t = time.perf_counter()
-    for u in uuids:
-        delete_files(storage, u)
-    elapsed = time.perf_counter() - t
+    from master.app import create_app
+    from master.config import MasterConfig
+
+    # delete_files keeps one backend per storage config in the master's state: an app context.
+    data = Path(tempfile.mkdtemp(prefix="det-bench-gcdel-"))
+    app = create_app(MasterConfig(data_dir=data))
+    with app.app_context():
+        t = time.perf_counter()
+        for u in uuids:
+            delete_files(storage, u)
+        elapsed = time.perf_counter() - t
+    shutil.rmtree(data, ignore_errors=True)
     left = base.list_objects_v2(Bucket=bucket, Prefix="gc/").get("KeyCount", 0)
     return {"n": n, "seconds": elapsed, "per_s": n / elapsed, "left": left}
 
