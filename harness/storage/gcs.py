@@ -3,8 +3,8 @@
 Credentials come from Application Default Credentials. When `STORAGE_EMULATOR_HOST` is set (a
 local emulator), the client talks to it anonymously. Many files move concurrently (a thread per
 file in flight, as the SDK's transfer manager does), each journaled as it finishes so a killed
-transfer restarts with the files it had not finished (a half-sent file starts over: GCS
-resumable sessions are not resumed across processes).
+transfer restarts with the files it had not finished; a large file goes up through a resumable
+upload session whose URL is journaled, so a restarted upload continues it (`gcs_resume.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import storage
 
 from harness.storage._object import DEFAULT_CONCURRENCY, ObjectStorageManager
+from harness.storage.gcs_resume import RESUMABLE_THRESHOLD, upload_resumable
 from harness.storage.journal import Journal
 
 
@@ -65,6 +66,9 @@ class GCSStorageManager(ObjectStorageManager):
         def job(path: Path, key: str) -> Any:
             def run() -> None:
                 st = path.stat()
+                if st.st_size >= RESUMABLE_THRESHOLD:
+                    upload_resumable(self._bucket, self.client._http, path, key, journal)
+                    return
                 self._bucket.blob(key).upload_from_filename(str(path))
                 journal.add(
                     {"kind": "file", "key": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns}

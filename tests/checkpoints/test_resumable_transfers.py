@@ -185,3 +185,46 @@ def test_journal_ignores_a_torn_line_and_goes_when_finished(tmp_path: Path) -> N
     assert again.records("multipart")[0]["upload_id"] == "x"
     again.finish()
     assert not path.exists()
+
+
+def test_gcs_large_upload_continues_its_session(
+    gcs_storage: dict[str, Any], tmp_path: Path
+) -> None:
+    from harness.storage.gcs_resume import CHUNK, session_offset
+
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    with open(src / "big.bin", "wb") as f:
+        for _ in range(4 * CHUNK // MiB):
+            f.write(os.urandom(MiB))
+    want = _digests(src)
+    uuid = str(uuidlib.uuid4())
+    jpath = journal_path(src, uuid, "upload")
+    backend = build(gcs_storage)
+    http = backend.client._http  # type: ignore[attr-defined]
+
+    def held() -> int:
+        sessions = Journal(jpath).records("session") if jpath.exists() else []
+        if not sessions:
+            return 0
+        return session_offset(http, sessions[0]["url"], 4 * CHUNK) or 0
+
+    _kill_when(["upload", str(src), uuid], gcs_storage, lambda: held() >= CHUNK)
+    at_kill = held()
+    assert CHUNK <= at_kill < 4 * CHUNK
+    ranges: list[str] = []
+    put = http.put
+
+    def counting_put(*args: Any, **kwargs: Any) -> Any:
+        ranges.append((kwargs.get("headers") or {}).get("Content-Range", ""))
+        return put(*args, **kwargs)
+
+    http.put = counting_put
+    backend.upload(src, uuid)
+    sent = [r for r in ranges if not r.startswith("bytes */")]
+    assert sent and all(not r.startswith("bytes 0-") for r in sent), ranges
+    print(f"resumed GCS session at byte {at_kill:,}: {len(sent)} of 4 chunks sent again")
+    assert not jpath.exists()
+    out = tmp_path / "out"
+    backend.download(uuid, out)
+    assert _digests(out) == want
