@@ -19,8 +19,9 @@ from google.api_core import exceptions as gexc
 from google.cloud import storage
 
 from harness.storage._object import DEFAULT_CONCURRENCY, ObjectStorageManager
-from harness.storage.gcs_resume import RESUMABLE_THRESHOLD, upload_resumable
+from harness.storage.gcs_resume import CHUNK, RESUMABLE_THRESHOLD, upload_resumable
 from harness.storage.journal import Journal
+from harness.storage.ranged import RangedDownload
 
 
 def make_client(project: str | None = None) -> storage.Client:
@@ -86,19 +87,46 @@ class GCSStorageManager(ObjectStorageManager):
     ) -> None:
         journal, meta = journal or Journal(None), meta or {}
 
-        def job(key: str, path: Path) -> Any:
-            def run() -> None:
-                size, etag = meta.get(key, (None, None))
-                self._bucket.blob(key).download_to_filename(str(path))
-                journal.add({"kind": "file", "key": key, "size": size, "etag": etag})
+        def job(key: str, path: Path, size: int | None, version: str | None) -> None:
+            self._bucket.blob(key).download_to_filename(str(path))
+            journal.add({"kind": "file", "key": key, "size": size, "etag": version})
 
-            return run
+        def reader(key: str, generation: int) -> Any:
+            blob = self._bucket.blob(key)
 
-        self._run([job(key, path) for key, path in files])
+            def read(start: int, end: int) -> bytes:
+                return bytes(
+                    blob.download_as_bytes(
+                        start=start, end=end, if_generation_match=generation, checksum=None
+                    )
+                )
+
+            return read
+
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="det-gcs") as pool:
+            futures = []
+            big = []
+            for key, path in files:
+                size, version = meta.get(key, (None, None))
+                if size is not None and version and size >= RESUMABLE_THRESHOLD:
+                    big.append(
+                        RangedDownload(
+                            journal, key, path, size, version, CHUNK, reader(key, int(version))
+                        )
+                    )
+                    continue
+                futures.append(pool.submit(job, key, path, size, version))
+            for d in big:
+                d.start(pool)
+            for f in futures:
+                f.result()
+            for d in big:
+                d.finish()
 
     def _list_meta(self, prefix: str) -> dict[str, tuple[int, str | None]]:
+        # The generation identifies the object's content version (a rewrite gets a new one).
         return {
-            b.name: (int(b.size or 0), b.etag or b.md5_hash)
+            b.name: (int(b.size or 0), str(b.generation) if b.generation else None)
             for b in self.client.list_blobs(self.bucket, prefix=prefix)
         }
 

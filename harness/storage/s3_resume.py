@@ -15,7 +15,7 @@ written, then renamed: a restart fetches only the missing chunks.
 from __future__ import annotations
 
 import math
-import os
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,11 +25,10 @@ from botocore.exceptions import ClientError
 from s3transfer.subscribers import BaseSubscriber
 
 from harness.storage.journal import Journal
+from harness.storage.ranged import RangedDownload
 
 if TYPE_CHECKING:
     from harness.storage.s3 import S3StorageManager
-
-PART_SUFFIX = ".det-part"
 
 
 class _Record(BaseSubscriber):
@@ -162,53 +161,14 @@ def upload_files(mgr: S3StorageManager, files: list[tuple[Path, str]], journal: 
             m.finish()
 
 
-class _RangedDownload:
-    """One large object fetched in chunks into `<target>.det-part`, resumed from the journal."""
-
-    def __init__(
-        self, mgr: S3StorageManager, journal: Journal, key: str, target: Path, size: int, etag: str
-    ) -> None:
-        self.mgr, self.journal, self.key, self.target = mgr, journal, key, target
-        self.size, self.etag = size, etag
-        self.chunk = mgr.transfer_config.multipart_chunksize
-        self.part = target.with_name(target.name + PART_SUFFIX)
-        done = {
-            int(r["index"])
-            for r in journal.records("chunk")
-            if r.get("key") == key and r.get("etag") == etag and r.get("chunk") == self.chunk
-        }
-        if not (self.part.is_file() and self.part.stat().st_size == size):
-            done = set()
-            with open(self.part, "wb") as f:
-                f.truncate(size)
-        self.todo = [i for i in range(len(_part_sizes(size, self.chunk))) if i not in done]
-        self.futures: list[Future[None]] = []
-
-    def _get(self, i: int) -> None:
-        start = i * self.chunk
-        end = min(self.size, start + self.chunk) - 1
-        body = self.mgr.client.get_object(
-            Bucket=self.mgr.bucket, Key=self.key, Range=f"bytes={start}-{end}", IfMatch=self.etag
-        )["Body"].read()
-        if len(body) != end - start + 1:
-            raise OSError(f"short read of {self.key} bytes {start}-{end}: {len(body)}")
-        fd = os.open(self.part, os.O_WRONLY)
-        try:
-            os.pwrite(fd, body, start)
-        finally:
-            os.close(fd)
-        self.journal.add(
-            {"kind": "chunk", "key": self.key, "etag": self.etag, "chunk": self.chunk, "index": i}
+def _range_reader(mgr: S3StorageManager, key: str, etag: str) -> Callable[[int, int], bytes]:
+    def read(start: int, end: int) -> bytes:
+        reply = mgr.client.get_object(
+            Bucket=mgr.bucket, Key=key, Range=f"bytes={start}-{end}", IfMatch=etag
         )
+        return bytes(reply["Body"].read())
 
-    def start(self, pool: ThreadPoolExecutor) -> None:
-        self.futures = [pool.submit(self._get, i) for i in self.todo]
-
-    def finish(self) -> None:
-        for f in self.futures:
-            f.result()
-        os.replace(self.part, self.target)
-        self.journal.add({"kind": "file", "key": self.key, "size": self.size, "etag": self.etag})
+    return read
 
 
 def download_files(
@@ -227,7 +187,17 @@ def download_files(
         for key, target in files:
             size, etag = meta.get(key, (None, None))
             if size is not None and etag and size >= threshold:
-                big.append(_RangedDownload(mgr, journal, key, target, size, etag))
+                big.append(
+                    RangedDownload(
+                        journal,
+                        key,
+                        target,
+                        size,
+                        etag,
+                        mgr.transfer_config.multipart_chunksize,
+                        _range_reader(mgr, key, etag),
+                    )
+                )
                 continue
             record = {"kind": "file", "key": key, "size": size, "etag": etag}
             futures.append(

@@ -228,3 +228,39 @@ def test_gcs_large_upload_continues_its_session(
     out = tmp_path / "out"
     backend.download(uuid, out)
     assert _digests(out) == want
+
+
+def test_gcs_large_download_resumes_from_its_chunks(
+    gcs_storage: dict[str, Any], tmp_path: Path, monkeypatch: Any
+) -> None:
+    from harness.storage.gcs_resume import CHUNK
+    from harness.storage.ranged import RangedDownload
+
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    with open(src / "big.bin", "wb") as f:
+        for _ in range(4 * CHUNK // MiB):
+            f.write(os.urandom(MiB))
+    want = _digests(src)
+    uuid = str(uuidlib.uuid4())
+    build(gcs_storage).upload(src, uuid)
+    dst = tmp_path / "dst"
+    jpath = journal_path(dst, uuid, "download")
+
+    def chunks() -> int:
+        return len(Journal(jpath).records("chunk")) if jpath.exists() else 0
+
+    _kill_when(["download", uuid, str(dst)], gcs_storage, lambda: chunks() >= 1)
+    at_kill = chunks()
+    assert at_kill < 4 and (dst / "big.bin.det-part").exists()
+    fetched: list[int] = []
+    real = RangedDownload._get
+
+    def counting(self: RangedDownload, i: int) -> None:
+        fetched.append(i)
+        real(self, i)
+
+    monkeypatch.setattr(RangedDownload, "_get", counting)
+    build(gcs_storage).download(uuid, dst)
+    assert 1 <= len(fetched) <= 4 - at_kill, (fetched, at_kill)
+    assert _digests(dst) == want and not jpath.exists()
