@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 TAIL_LINES = 2_000  # lines kept per trial; a follower further behind catches up from the DB
+TAIL_BYTES = 4 * 1024 * 1024  # and at most this much text (a line may be up to 64 KiB)
 MAX_TRIALS = 256  # tails kept (least recently followed dropped first)
 
 
@@ -43,6 +44,8 @@ class TrialTail:
     trial_version: int = -1
     state_at: float = 0.0
     capacity: int = TAIL_LINES
+    max_bytes: int = TAIL_BYTES
+    text_bytes: int = 0
 
     def start_at(self, seq: int) -> None:
         """Begin covering the log after `seq` (its newest line when the tail is made)."""
@@ -50,18 +53,25 @@ class TrialTail:
         self.loaded = True
 
     def add(self, rows: list[dict[str, Any]]) -> None:
-        """Append new lines (ascending `seq`, each > `last_seq`); drop the oldest past capacity."""
+        """Append new lines (ascending `seq`, each > `last_seq`); drop the oldest past the
+        line or byte capacity."""
         for r in rows:
             if r["seq"] <= self.last_seq:
                 continue
             self.lines.append(r)
             self.seqs.append(r["seq"])
+            self.text_bytes += len(r.get("line") or "")
             self.last_seq = r["seq"]
-        extra = len(self.lines) - self.capacity
-        if extra > 0:
-            self.covered_from = self.seqs[extra - 1]
-            del self.lines[:extra]
-            del self.seqs[:extra]
+        drop = 0
+        while drop < len(self.lines) and (
+            len(self.lines) - drop > self.capacity or self.text_bytes > self.max_bytes
+        ):
+            self.text_bytes -= len(self.lines[drop].get("line") or "")
+            drop += 1
+        if drop:
+            self.covered_from = self.seqs[drop - 1]
+            del self.lines[:drop]
+            del self.seqs[:drop]
 
     def after(self, seq: int, limit: int) -> list[dict[str, Any]] | None:
         """Lines with `seq` greater than `seq` (at most `limit`), or None when older lines than

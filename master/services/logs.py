@@ -154,6 +154,7 @@ LOG_GRACE_S = 3.0  # agents ship the last lines a moment after they report the e
 # A tail re-reads the database at least this often while followed, even without a wake-up: a
 # master line written inside a transition notifies before its transaction commits.
 REFRESH_S = 1.0
+REFRESH_BATCHES = 5
 STATE_REFRESH_S = 2.0  # the trial's state, for "ended" (not every state change notifies)
 
 
@@ -198,7 +199,11 @@ def fresh_tail(trial_id: int) -> TrialTail:
         if not tail.exists:
             raise NotFound(f"trial {trial_id} not found")
         if log_version != tail.log_version or now - tail.refreshed_at >= REFRESH_S:
-            tail.add(read_logs(trial_id, tail.last_seq, tail.capacity))
+            for _ in range(REFRESH_BATCHES):  # a burst: more than one batch of new lines
+                rows = read_logs(trial_id, tail.last_seq, tail.capacity)
+                tail.add(rows)
+                if len(rows) < tail.capacity:
+                    break
             tail.log_version, tail.refreshed_at = log_version, now
         return tail
 

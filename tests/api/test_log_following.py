@@ -29,6 +29,11 @@ def test_trial_tail_bookkeeping() -> None:
     assert [r["seq"] for r in tail.lines] == [12, 13, 14] and tail.covered_from == 11
     assert tail.after(10, 100) is None  # line 11 is gone from memory: read from the database
     assert [r["seq"] for r in tail.after(11, 2)] == [12, 13]
+    small = TrialTail(max_bytes=10)
+    small.start_at(0)
+    small.add([{"seq": 1, "line": "x" * 6}, {"seq": 2, "line": "y" * 6}])
+    assert [r["seq"] for r in small.lines] == [2] and small.covered_from == 1
+    assert small.after(0, 10) is None and small.after(1, 10) == [{"seq": 2, "line": "yyyyyy"}]
 
 
 def test_many_followers_cost_far_less_than_a_query_per_line(
