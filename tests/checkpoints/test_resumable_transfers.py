@@ -29,10 +29,10 @@ RUN = """
 import json, sys
 from harness.storage import build
 backend = build(json.loads(sys.argv[1]))
-# Two in flight (not 16): the test must catch the transfer half-way to kill it.
-backend.concurrency = 2
+# One in flight (not 16): the test must catch the transfer half-way to kill it.
+backend.concurrency = 1
 if hasattr(backend, "transfer_config"):
-    backend.transfer_config.max_concurrency = 2
+    backend.transfer_config.max_concurrency = 1
 getattr(backend, sys.argv[2])(*sys.argv[3:])
 """
 
