@@ -53,6 +53,24 @@ def _error_code(e: ClientError) -> str:
     return str(e.response.get("Error", {}).get("Code", ""))
 
 
+_CHECKSUMS = (
+    "ChecksumCRC32",
+    "ChecksumCRC32C",
+    "ChecksumCRC64NVME",
+    "ChecksumSHA1",
+    "ChecksumSHA256",
+)
+
+
+def _part_fields(reply: dict[str, Any]) -> dict[str, str]:
+    """A part's ETag and checksum (from UploadPart's reply or a ListParts entry)."""
+    out = {"ETag": str(reply["ETag"])}
+    for name in _CHECKSUMS:
+        if reply.get(name):
+            out[name] = str(reply[name])
+    return out
+
+
 def _part_sizes(size: int, chunk: int) -> list[int]:
     count = max(1, math.ceil(size / chunk))
     return [min(chunk, size - i * chunk) for i in range(count)]
@@ -68,9 +86,11 @@ class _Multipart:
         self.mgr, self.journal, self.path, self.key, self.chunk = mgr, journal, path, key, chunk
         self.identity = {"key": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
         self.sizes = _part_sizes(st.st_size, chunk)
-        self.parts: dict[int, str] = {}
+        # part number -> what CompleteMultipartUpload needs of it (ETag, and any checksum
+        # botocore computed for it: S3 wants those back when the upload has an algorithm).
+        self.parts: dict[int, dict[str, str]] = {}
         self.upload_id = self._resume() or self._create()
-        self.futures: dict[int, Future[str]] = {}
+        self.futures: dict[int, Future[dict[str, str]]] = {}
 
     def _resume(self) -> str | None:
         want = {**self.identity, "chunk": self.chunk}
@@ -91,7 +111,7 @@ class _Multipart:
                 for p in page.get("Parts", []):
                     n = int(p["PartNumber"])
                     if 1 <= n <= len(self.sizes) and int(p["Size"]) == self.sizes[n - 1]:
-                        self.parts[n] = p["ETag"]
+                        self.parts[n] = _part_fields(p)
         except ClientError as e:
             if _error_code(e) in ("NoSuchUpload", "404", "NotFound"):
                 self.parts.clear()
@@ -107,14 +127,14 @@ class _Multipart:
         )
         return upload_id
 
-    def _put(self, n: int) -> str:
+    def _put(self, n: int) -> dict[str, str]:
         with open(self.path, "rb") as f:
             f.seek((n - 1) * self.chunk)
             data = f.read(self.sizes[n - 1])
         reply = self.mgr.client.upload_part(
             Bucket=self.mgr.bucket, Key=self.key, UploadId=self.upload_id, PartNumber=n, Body=data
         )
-        return str(reply["ETag"])
+        return _part_fields(reply)
 
     def start(self, pool: ThreadPoolExecutor) -> None:
         for n in range(1, len(self.sizes) + 1):
@@ -129,7 +149,7 @@ class _Multipart:
             Key=self.key,
             UploadId=self.upload_id,
             MultipartUpload={
-                "Parts": [{"PartNumber": n, "ETag": self.parts[n]} for n in sorted(self.parts)]
+                "Parts": [{"PartNumber": n, **self.parts[n]} for n in sorted(self.parts)]
             },
         )
         self.journal.add({"kind": "file", **self.identity})
