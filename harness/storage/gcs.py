@@ -94,12 +94,12 @@ class GCSStorageManager(ObjectStorageManager):
         def reader(key: str, generation: int) -> Any:
             blob = self._bucket.blob(key)
 
-            def read(start: int, end: int) -> bytes:
-                return bytes(
+            def read(start: int, end: int) -> list[bytes]:
+                return [
                     blob.download_as_bytes(
                         start=start, end=end, if_generation_match=generation, checksum=None
                     )
-                )
+                ]
 
             return read
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,10 +29,10 @@ class RangedDownload:
         size: int,
         version: str,
         chunk: int,
-        read: Callable[[int, int], bytes],
+        read: Callable[[int, int], Iterable[bytes]],
     ) -> None:
         """`read(start, end)`: the object's bytes `start..end` (inclusive), conditional on
-        `version`."""
+        `version`, as pieces."""
         self.journal, self.key, self.target = journal, key, target
         self.size, self.version, self.chunk, self.read = size, version, chunk, read
         self.part = target.with_name(target.name + PART_SUFFIX)
@@ -51,14 +51,16 @@ class RangedDownload:
     def _get(self, i: int) -> None:
         start = i * self.chunk
         end = min(self.size, start + self.chunk) - 1
-        body = self.read(start, end)
-        if len(body) != end - start + 1:
-            raise OSError(f"short read of {self.key} bytes {start}-{end}: {len(body)}")
         fd = os.open(self.part, os.O_WRONLY)
         try:
-            os.pwrite(fd, body, start)
+            offset = start
+            for piece in self.read(start, end):  # streamed: no chunk-sized copies in memory
+                os.pwrite(fd, piece, offset)
+                offset += len(piece)
         finally:
             os.close(fd)
+        if offset != end + 1:
+            raise OSError(f"short read of {self.key} bytes {start}-{end}: {offset - start}")
         self.journal.add(
             {
                 "kind": "chunk",

@@ -15,7 +15,7 @@ written, then renamed: a restart fetches only the missing chunks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -181,12 +181,14 @@ def upload_files(mgr: S3StorageManager, files: list[tuple[Path, str]], journal: 
             m.finish()
 
 
-def _range_reader(mgr: S3StorageManager, key: str, etag: str) -> Callable[[int, int], bytes]:
-    def read(start: int, end: int) -> bytes:
+def _range_reader(
+    mgr: S3StorageManager, key: str, etag: str
+) -> Callable[[int, int], Iterable[bytes]]:
+    def read(start: int, end: int) -> Iterable[bytes]:
         reply = mgr.client.get_object(
             Bucket=mgr.bucket, Key=key, Range=f"bytes={start}-{end}", IfMatch=etag
         )
-        return bytes(reply["Body"].read())
+        return reply["Body"].iter_chunks(1024 * 1024)
 
     return read
 
