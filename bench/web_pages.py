@@ -122,9 +122,9 @@ def seed(db_url: str, experiments: int, trials_per: int, points: int) -> tuple[i
         cur.execute(
             """
             INSERT INTO allocations (id, trial_id, agent_id, state, slot_indexes,
-                preempt_requested, preempt_acked, kill_requested, created_at)
+                preempt_requested, kill_requested, created_at)
             VALUES ('bench-live-alloc', %s, 'bench-agent', 'TERMINATED', '[]', false, false,
-                false, now())
+                now())
             """,
             (live_trial,),
         )

@@ -86,14 +86,14 @@ def start_jobs(app: Flask, state: MasterState) -> BackgroundScheduler:
     sched.add_job(
         _in_app(app, gc_tick), "interval", seconds=cfg.checkpoint_gc_interval, id="checkpoint_gc"
     )
-    if cfg.orphan_checkpoint_grace > 0:
-        from master.ckpt.orphans import sweep_orphans
+    if cfg.checkpoint_orphan_grace > 0:
+        from master.ckpt.orphans import sweep_checkpoint_orphans
 
         sched.add_job(
-            _in_app(app, sweep_orphans),
+            _in_app(app, sweep_checkpoint_orphans),
             "interval",
-            seconds=max(60.0, min(600.0, cfg.orphan_checkpoint_grace / 6)),
-            id="orphan_checkpoints",
+            seconds=cfg.checkpoint_orphan_interval,
+            id="checkpoint_orphans",
         )
     if any(p.provider is not None for p in cfg.resource_pools):
         from master.db import utcnow

@@ -56,11 +56,15 @@ class MasterConfig:
     checkpoint_gc_via_agents: bool = False
     # Failed logins per username and per client address before a lockout (master/login_throttle).
     login_throttle: ThrottleLimits = field(default_factory=ThrottleLimits)
-    # Checkpoint directories nobody registered are deleted after this many idle seconds (must
-    # exceed how long trials retry a registration, DET_MASTER_OUTAGE_S); 0 turns it off.
-    orphan_checkpoint_grace: float = 3600.0
     # The most trials one search may create (a grid's size, max_trials): checked at submit.
     max_search_trials: int = 100_000
+    # Checkpoint data nobody registered (a trial or an upload killed before registering: shared_fs
+    # directories, object-store objects, unfinished S3 multipart uploads) is looked for every
+    # `checkpoint_orphan_interval` seconds and deleted once idle for `checkpoint_orphan_grace`
+    # (longer than a checkpoint takes to write and a trial retries its registration,
+    # DET_MASTER_OUTAGE_S); a grace of 0 turns the sweep off.
+    checkpoint_orphan_interval: float = 3600.0
+    checkpoint_orphan_grace: float = 86400.0
 
     @property
     def db_url(self) -> str:
@@ -132,14 +136,15 @@ def _check_values(cfg: MasterConfig) -> None:
         "scheduling_interval",
         "preemption_timeout",
         "checkpoint_gc_interval",
+        "checkpoint_orphan_interval",
     ):
         val = getattr(cfg, key)
         if not isinstance(val, int | float) or isinstance(val, bool) or val <= 0:
             raise MasterConfigError(f"master config: {key} must be a positive number, got {val!r}")
-    grace = cfg.orphan_checkpoint_grace
+    grace = cfg.checkpoint_orphan_grace
     if not isinstance(grace, int | float) or isinstance(grace, bool) or not grace >= 0:
         raise MasterConfigError(
-            f"master config: orphan_checkpoint_grace must be a number >= 0, got {grace!r}"
+            f"master config: checkpoint_orphan_grace must be a number >= 0, got {grace!r}"
         )
 
 

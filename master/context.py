@@ -17,6 +17,7 @@ from flask import Flask, current_app
 from master.config import MasterConfig
 from master.login_throttle import LoginThrottle, parse_limits
 from master.notify import Hub
+from master.services.log_tail import LogTails
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -78,6 +79,8 @@ class MasterState:
     allocation_generation: int = 0
     # allocation id -> (trial id, the agents it has containers on), for log ingest.
     allocation_trial: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
+    # Followed trials' newest log lines, shared by their followers (services/log_tails.py).
+    log_tails: LogTails = field(default_factory=LogTails)
     # Buffered agent heartbeats: agent id -> (last seen, slot stats).
     heartbeat_lock: threading.Lock = field(default_factory=threading.Lock)
     heartbeats: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
@@ -85,6 +88,8 @@ class MasterState:
     checkpoint_gc_lock: threading.Lock = field(default_factory=threading.Lock)
     storage_backends_lock: threading.Lock = field(default_factory=threading.Lock)
     storage_backends: dict[str, Any] = field(default_factory=dict)
+    # Unfinished S3 multipart uploads (upload id -> when first seen), for the orphan sweep.
+    upload_first_seen: dict[str, datetime] = field(default_factory=dict)
     # Set when checkpoint deletions wait for an agent (storage only agents reach).
     checkpoint_agent_work: threading.Event = field(default_factory=threading.Event)
     # Elastic pools: a provider adapter per pool, and when the provisioner started.

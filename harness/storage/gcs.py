@@ -1,21 +1,27 @@
 """Checkpoints in a Google Cloud Storage bucket through google-cloud-storage.
 
 Credentials come from Application Default Credentials. When `STORAGE_EMULATOR_HOST` is set (a
-local emulator), the client talks to it anonymously. Many files move concurrently through the
-SDK's transfer manager (threads).
+local emulator), the client talks to it anonymously. Many files move concurrently (a thread per
+file in flight, as the SDK's transfer manager does), each journaled as it finishes so a killed
+transfer restarts with the files it had not finished; a large file goes up through a resumable
+upload session whose URL is journaled, so a restarted upload continues it (`gcs_resume.py`).
 """
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import storage
-from google.cloud.storage import transfer_manager
 
 from harness.storage._object import DEFAULT_CONCURRENCY, ObjectStorageManager
+from harness.storage.gcs_resume import CHUNK, RESUMABLE_THRESHOLD, upload_resumable
+from harness.storage.journal import Journal
+from harness.storage.ranged import RangedDownload
 
 
 def make_client(project: str | None = None) -> storage.Client:
@@ -46,34 +52,83 @@ class GCSStorageManager(ObjectStorageManager):
     def __repr__(self) -> str:
         return f"GCSStorageManager(bucket={self.bucket!r}, prefix={self.prefix!r})"
 
-    @staticmethod
-    def _raise_first(results: list[Any]) -> None:
-        for r in results:
-            if isinstance(r, BaseException):
-                raise r
+    def _run(self, jobs: list[Any]) -> None:
+        """Run the callables on `concurrency` threads; raise the first failure."""
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="det-gcs") as pool:
+            futures = [pool.submit(job) for job in jobs]
+            for f in futures:
+                f.result()
 
-    def _upload_files(self, files: list[tuple[Path, str]]) -> None:
-        pairs = [(str(path), self._bucket.blob(key)) for path, key in files]
-        results = transfer_manager.upload_many(
-            pairs,
-            skip_if_exists=False,
-            raise_exception=True,
-            worker_type=transfer_manager.THREAD,
-            max_workers=self.concurrency,
-        )
-        self._raise_first(results)
+    def _upload_files(self, files: list[tuple[Path, str]], journal: Journal | None = None) -> None:
+        # One thread per file in flight (what the SDK's transfer manager does with THREAD
+        # workers), each journaled as it finishes: a restarted upload skips the finished ones.
+        journal = journal or Journal(None)
+
+        def job(path: Path, key: str) -> Any:
+            def run() -> None:
+                st = path.stat()
+                if st.st_size >= RESUMABLE_THRESHOLD:
+                    upload_resumable(self._bucket, self.client._http, path, key, journal)
+                    return
+                self._bucket.blob(key).upload_from_filename(str(path))
+                journal.add(
+                    {"kind": "file", "key": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+                )
+
+            return run
+
+        self._run([job(path, key) for path, key in files])
 
     def _download_files(
-        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+        self,
+        files: list[tuple[str, Path]],
+        meta: dict[str, tuple[int, str | None]] | None = None,
+        journal: Journal | None = None,
     ) -> None:
-        pairs = [(self._bucket.blob(key), str(path)) for key, path in files]
-        results = transfer_manager.download_many(
-            pairs,
-            raise_exception=True,
-            worker_type=transfer_manager.THREAD,
-            max_workers=self.concurrency,
-        )
-        self._raise_first(results)
+        journal, meta = journal or Journal(None), meta or {}
+
+        def job(key: str, path: Path, size: int | None, version: str | None) -> None:
+            self._bucket.blob(key).download_to_filename(str(path))
+            journal.add({"kind": "file", "key": key, "size": size, "etag": version})
+
+        def reader(key: str, generation: int) -> Any:
+            blob = self._bucket.blob(key)
+
+            def read(start: int, end: int) -> list[bytes]:
+                return [
+                    blob.download_as_bytes(
+                        start=start, end=end, if_generation_match=generation, checksum=None
+                    )
+                ]
+
+            return read
+
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="det-gcs") as pool:
+            futures = []
+            big = []
+            for key, path in files:
+                size, version = meta.get(key, (None, None))
+                if size is not None and version and size >= RESUMABLE_THRESHOLD:
+                    big.append(
+                        RangedDownload(
+                            journal, key, path, size, version, CHUNK, reader(key, int(version))
+                        )
+                    )
+                    continue
+                futures.append(pool.submit(job, key, path, size, version))
+            for d in big:
+                d.start(pool)
+            for f in futures:
+                f.result()
+            for d in big:
+                d.finish()
+
+    def _list_meta(self, prefix: str) -> dict[str, tuple[int, str | None]]:
+        # The generation identifies the object's content version (a rewrite gets a new one).
+        return {
+            b.name: (int(b.size or 0), str(b.generation) if b.generation else None)
+            for b in self.client.list_blobs(self.bucket, prefix=prefix)
+        }
 
     def _list(self, prefix: str) -> dict[str, int]:
         return {
@@ -86,6 +141,13 @@ class GCSStorageManager(ObjectStorageManager):
                 self._bucket.blob(key).delete()
             except gexc.NotFound:
                 pass  # already gone counts as deleted
+
+    def _list_times(self, prefix: str) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        for b in self.client.list_blobs(self.bucket, prefix=prefix):
+            when = b.updated or b.time_created
+            out[b.name] = when if when.tzinfo else when.replace(tzinfo=UTC)
+        return out
 
     def _read(self, key: str) -> bytes | None:
         try:

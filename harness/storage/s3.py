@@ -9,28 +9,20 @@ files go up and down in parallel multipart chunks.
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
-from boto3.s3.transfer import TransferConfig, create_transfer_manager
+from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from s3transfer.subscribers import BaseSubscriber
 
+from harness.storage import s3_resume
 from harness.storage._object import DEFAULT_CONCURRENCY, ObjectStorageManager
+from harness.storage.journal import Journal
 
 MiB = 1024 * 1024
-
-
-class _KnownSize(BaseSubscriber):
-    """Tells the transfer manager an object's size (from the listing): no HeadObject per file."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-
-    def on_queued(self, future: Any, **kwargs: Any) -> None:
-        future.meta.provide_transfer_size(self.size)
 
 
 class S3StorageManager(ObjectStorageManager):
@@ -71,28 +63,26 @@ class S3StorageManager(ObjectStorageManager):
     def __repr__(self) -> str:  # never the credentials
         return f"S3StorageManager(bucket={self.bucket!r}, prefix={self.prefix!r})"
 
-    def _upload_files(self, files: list[tuple[Path, str]]) -> None:
-        with create_transfer_manager(self.client, self.transfer_config) as tm:
-            futures = [tm.upload(str(path), self.bucket, key) for path, key in files]
-            for f in futures:
-                f.result()
+    def _upload_files(self, files: list[tuple[Path, str]], journal: Journal | None = None) -> None:
+        s3_resume.upload_files(self, files, journal or Journal(None))
 
     def _download_files(
-        self, files: list[tuple[str, Path]], sizes: dict[str, int] | None = None
+        self,
+        files: list[tuple[str, Path]],
+        meta: dict[str, tuple[int, str | None]] | None = None,
+        journal: Journal | None = None,
     ) -> None:
-        sizes = sizes or {}
-        with create_transfer_manager(self.client, self.transfer_config) as tm:
-            futures = [
-                tm.download(
-                    self.bucket,
-                    key,
-                    str(path),
-                    subscribers=[_KnownSize(sizes[key])] if key in sizes else None,
-                )
-                for key, path in files
-            ]
-            for f in futures:
-                f.result()
+        s3_resume.download_files(self, files, meta or {}, journal or Journal(None))
+
+    def _list_meta(self, prefix: str) -> dict[str, tuple[int, str | None]]:
+        out: dict[str, tuple[int, str | None]] = {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        for page in pages:
+            for obj in page.get("Contents", []):
+                out[obj["Key"]] = (int(obj["Size"]), obj.get("ETag"))
+        return out
 
     def _list(self, prefix: str) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -118,6 +108,33 @@ class S3StorageManager(ObjectStorageManager):
                     f"S3 refused to delete {len(errors)} object(s) in {self.bucket}, e.g. "
                     f"{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
                 )
+
+    def _list_times(self, prefix: str) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        )
+        for page in pages:
+            for obj in page.get("Contents", []):
+                out[obj["Key"]] = obj["LastModified"]
+        return out
+
+    def unfinished_uploads(self) -> list[tuple[str, str, datetime]]:
+        out = []
+        pages = self.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}/" if self.prefix else ""
+        )
+        for page in pages:
+            for up in page.get("Uploads", []):
+                out.append((up["Key"], up["UploadId"], up["Initiated"]))
+        return out
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                raise
 
     def _read(self, key: str) -> bytes | None:
         try:

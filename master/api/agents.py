@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
-from sqlalchemy import select
-from sqlalchemy.orm import selectinload
 
 from master.api._guard import sanitises_text
 from master.api._util import int_arg, json_body
 from master.auth import require_agent, require_user
-from master.db import db
 from master.errors import BadRequest
-from master.models import Agent
+from master.services import agent_listing
 from master.services import agents as svc
-from master.services import heartbeats
 from master.services.logs import TAIL_MAX, agent_log_tail, ingest_agent_logs
 
 bp = Blueprint("agents", __name__)
@@ -60,8 +56,4 @@ def log_tail(agent_id: str, alloc_id: str):  # type: ignore[no-untyped-def]
 @bp.get("/agents")
 def list_agents():  # type: ignore[no-untyped-def]
     require_user()
-    heartbeats.flush()  # show the latest stats and last_seen
-    agents = db.session.execute(
-        select(Agent).options(selectinload(Agent.slots)).order_by(Agent.id)
-    ).scalars()
-    return jsonify({"agents": [svc.agent_json(a) for a in agents]})
+    return jsonify({"agents": agent_listing.list_agents()})

@@ -12,19 +12,20 @@ from __future__ import annotations
 import logging
 import threading
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from flask import current_app
 from sqlalchemy import func, select
 
 from detlab.protocol import Action
+from master.ckpt import candidates as ckcandidates
 from master.ckpt import storage as ckstorage
 from master.ckpt.policy import Candidate, Plan, Policy, plan
 from master.ckpt.states import CheckpointState, state_of, transition  # noqa: F401 - re-exported
 from master.context import master_state, state_lock
 from master.db import db, utcnow
 from master.errors import BadRequest, Conflict
-from master.models import Checkpoint, Experiment, Metric, ModelVersion, Trial
+from master.models import Checkpoint, Experiment, ModelVersion
 from master.states import AgentState
 
 log = logging.getLogger("detlab.ckpt.gc")
@@ -80,59 +81,8 @@ def policy_of(exp: Experiment) -> Policy:
 
 def candidates(exp: Experiment) -> list[Candidate]:
     """The experiment's live checkpoints with their validation metric and protection."""
-    # Columns, not ORM objects: an experiment may have tens of thousands of checkpoints.
-    ckpts = db.session.execute(
-        select(
-            Checkpoint.uuid,
-            Checkpoint.trial_id,
-            Checkpoint.steps_completed,
-            Checkpoint.reported_at,
-            Checkpoint.size,
-        ).where(Checkpoint.experiment_id == exp.id, Checkpoint.state.in_(("ACTIVE", "COMPLETED")))
-    ).all()
-    if not ckpts:
-        return []
     metric_name = (exp.config.get("searcher") or {}).get("metric")
-    values: dict[tuple[int, int], float] = {}
-    if metric_name:
-        rows = db.session.execute(
-            select(Metric.trial_id, Metric.steps_completed, Metric.metrics[metric_name]).where(
-                Metric.trial_id.in_(
-                    select(Trial.id).where(Trial.experiment_id == exp.id).scalar_subquery()
-                ),
-                Metric.group == "validation",
-            )
-        )
-        for trial_id, steps, v in cast("list[tuple[int, int, Any]]", rows.all()):
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                values[(trial_id, steps)] = float(v)
-    resume = set(
-        db.session.execute(
-            select(Trial.latest_checkpoint).where(Trial.experiment_id == exp.id)
-        ).scalars()
-    )
-    registered = set(
-        db.session.execute(
-            select(ModelVersion.checkpoint_uuid).where(
-                ModelVersion.checkpoint_uuid.in_(
-                    select(Checkpoint.uuid)
-                    .where(Checkpoint.experiment_id == exp.id)
-                    .scalar_subquery()
-                )
-            )
-        ).scalars()
-    )
-    return [
-        Candidate(
-            uuid=c.uuid,
-            trial_id=c.trial_id,
-            order=c.reported_at.timestamp() + c.steps_completed * 1e-9,
-            metric=values.get((c.trial_id, c.steps_completed)),
-            protected=c.uuid in resume or c.uuid in registered,
-            size=int(c.size or 0),
-        )
-        for c in ckpts
-    ]
+    return ckcandidates.candidates(exp.id, metric_name)
 
 
 def plan_experiment(exp: Experiment, policy: Policy | None = None) -> Plan:

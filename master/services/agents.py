@@ -25,7 +25,7 @@ from detlab.protocol import (
     ReportedState,
 )
 from master.context import master_state, state_lock
-from master.db import db, iso, utcnow
+from master.db import db, utcnow
 from master.errors import BadRequest
 from master.models import Agent, Allocation, Slot, Trial
 from master.notify import agent_key, hub
@@ -356,40 +356,6 @@ def reap_lost_agents() -> None:
         db.session.commit()
     if freed:
         request_schedule()
-
-
-def agent_json(agent: Agent) -> dict:
-    trial_of: dict[str, int] = {}
-    alloc_ids = [s.allocation_id for s in agent.slots if s.allocation_id]
-    if alloc_ids:
-        for aid, tid in db.session.execute(
-            select(Allocation.id, Allocation.trial_id).where(Allocation.id.in_(alloc_ids))
-        ).all():
-            trial_of[aid] = tid
-    return {
-        "id": agent.id,
-        "state": agent.state.value,
-        "resource_pool": agent.resource_pool,
-        "hostname": agent.hostname,
-        "runtime": agent.runtime,
-        "version": agent.version,
-        "registered_at": iso(agent.registered_at),
-        "last_seen": iso(agent.last_seen),
-        "slots": [
-            {
-                "index": s.index,
-                "type": s.type,
-                "uuid": s.uuid,
-                "name": s.name,
-                "memory_mb": s.memory_mb,
-                "enabled": s.enabled,
-                "allocation_id": s.allocation_id,
-                "trial_id": trial_of.get(s.allocation_id) if s.allocation_id else None,
-                "stats": (agent.slot_stats or {}).get(str(s.index), s.stats),
-            }
-            for s in agent.slots
-        ],
-    }
 
 
 def trial_ids_on(agent_id: str) -> list[int]:

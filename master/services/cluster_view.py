@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.orm import selectinload
-
-from master.db import db
-from master.models import Agent
-from master.services import heartbeats
-from master.services.agents import agent_json
+from master.services.agent_listing import list_agents
 
 # A slot held by a trial whose device is this idle looks wasted (shown flagged).
 IDLE_UTIL_PERCENT = 5.0
 
 
 def agents_overview() -> list[dict]:
-    """Every agent as `GET /api/v1/agents` shows it, with the latest heartbeat stats."""
-    heartbeats.flush()
-    agents = db.session.execute(
-        select(Agent).options(selectinload(Agent.slots)).order_by(Agent.id)
-    ).scalars()
-    return [agent_json(a) for a in agents]
+    """Every agent as `GET /api/v1/agents` shows it (the same service), with the latest stats."""
+    return list_agents()
 
 
 def idle_but_allocated(slot: dict) -> bool:

@@ -7,17 +7,19 @@ a follower reading `?after=N` never skips a line that commits late.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from detlab.text import clean_text
 from master.context import master_state
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
 from master.models import Allocation, TaskLog, Trial
-from master.notify import hub, logs_key
+from master.notify import hub, logs_key, trial_key
+from master.services.log_tail import TrialTail
 from master.states import is_terminal
 
 MAX_LINE = 64 * 1024
@@ -148,51 +150,109 @@ def _insert(rows: list[dict], commit: bool = True) -> None:
     hub().notify(*{logs_key(r["trial_id"]) for r in rows})
 
 
+def _line_json(r: Any) -> dict:
+    return {
+        "seq": r.id,
+        "timestamp": iso(r.timestamp),
+        "stream": r.stream,
+        "agent_id": r.agent_id,
+        "allocation_id": r.allocation_id,
+        "line": r.line,
+    }
+
+
 def read_logs(trial_id: int, after: int, limit: int) -> list[dict]:
+    """Lines after `after` from the database (one query on the (trial_id, id) index)."""
+    t = TaskLog.__table__
     rows = db.session.execute(
-        select(TaskLog)
-        .where(TaskLog.trial_id == trial_id, TaskLog.id > after)
-        .order_by(TaskLog.id)
+        select(t.c.id, t.c.timestamp, t.c.stream, t.c.agent_id, t.c.allocation_id, t.c.line)
+        .where(t.c.trial_id == trial_id, t.c.id > after)
+        .order_by(t.c.id)
         .limit(limit)
-    ).scalars()
-    return [
-        {
-            "seq": r.id,
-            "timestamp": iso(r.timestamp),
-            "stream": r.stream,
-            "agent_id": r.agent_id,
-            "allocation_id": r.allocation_id,
-            "line": r.line,
-        }
-        for r in rows
-    ]
+    )
+    return [_line_json(r) for r in rows]
 
 
 LOG_GRACE_S = 3.0  # agents ship the last lines a moment after they report the exit
+# A tail re-reads the database at least this often while followed, even without a wake-up: a
+# master line written inside a transition notifies before its transaction commits.
+REFRESH_S = 1.0
+REFRESH_BATCHES = 5
+STATE_REFRESH_S = 2.0  # the trial's state, for "ended" (not every state change notifies)
 
 
-def _ended_for(trial: Trial | None) -> float | None:
+def _ended_for(state: str | None, ended_at: datetime | None) -> float | None:
     """Seconds since the trial ended, None while it runs."""
-    if trial is None or not is_terminal(trial.state):
+    if state is None or not is_terminal(state):
         return None
-    if trial.ended_at is None:
+    if ended_at is None:
         return LOG_GRACE_S
-    ended = trial.ended_at if trial.ended_at.tzinfo else trial.ended_at.replace(tzinfo=UTC)
+    ended = ended_at if ended_at.tzinfo else ended_at.replace(tzinfo=UTC)
     return (utcnow() - ended).total_seconds()
 
 
+def fresh_tail(trial_id: int) -> TrialTail:
+    """The trial's shared tail, brought up to date when the log (or time) moved since its last
+    read: the first follower to arrive reads for all (one query for the lines, one for the
+    state when it is due). NotFound when the trial does not exist."""
+    tail = master_state().log_tails.get(trial_id)
+    with tail.lock:
+        now = time.monotonic()
+        # Versions first, then the reads: a line inserted meanwhile moves the version again.
+        log_version = hub().version(logs_key(trial_id))
+        trial_version = hub().version(trial_key(trial_id))
+        if (
+            not tail.loaded
+            or trial_version != tail.trial_version
+            or (now - tail.state_at >= STATE_REFRESH_S)
+        ):
+            newest = (
+                select(func.max(TaskLog.id)).where(TaskLog.trial_id == trial_id).scalar_subquery()
+            )
+            row = db.session.execute(
+                select(Trial.state, Trial.ended_at, newest).where(Trial.id == trial_id)
+            ).first()
+            tail.exists = row is not None
+            if row is not None:
+                tail.state, tail.ended_at = str(row[0]), row[1]
+                if not tail.loaded:
+                    tail.start_at(int(row[2] or 0))
+                    tail.log_version, tail.refreshed_at = log_version, now
+            tail.trial_version, tail.state_at = trial_version, now
+        if not tail.exists:
+            raise NotFound(f"trial {trial_id} not found")
+        if log_version != tail.log_version or now - tail.refreshed_at >= REFRESH_S:
+            for _ in range(REFRESH_BATCHES):  # a burst: more than one batch of new lines
+                rows = read_logs(trial_id, tail.last_seq, tail.capacity)
+                tail.add(rows)
+                if len(rows) < tail.capacity:
+                    break
+            tail.log_version, tail.refreshed_at = log_version, now
+        return tail
+
+
+def _lines_after(tail: TrialTail, trial_id: int, after: int, limit: int) -> list[dict]:
+    with tail.lock:
+        logs = tail.after(after, limit)
+    # Further behind than the tail reaches (a first page, a slow follower): from the database.
+    return read_logs(trial_id, after, limit) if logs is None else logs
+
+
 def logs_page(trial_id: int, after: int, limit: int, follow: bool, timeout: float) -> dict:
-    seen = hub().version(logs_key(trial_id))
-    logs = read_logs(trial_id, after, limit)
-    ended_for = _ended_for(db.session.get(Trial, trial_id))
+    """Lines after `after`; with `follow`, wait (long poll) until some arrive or `timeout`."""
+    tail = fresh_tail(trial_id)
+    logs = _lines_after(tail, trial_id, after, limit)
+    ended_for = _ended_for(tail.state, tail.ended_at)
     if not logs and follow:
         wait = timeout if ended_for is None else max(0.0, min(timeout, LOG_GRACE_S - ended_for))
-        if wait > 0:
-            db.session.commit()  # end the read transaction before waiting
-            hub().wait(logs_key(trial_id), seen, wait)
-            logs = read_logs(trial_id, after, limit)
-            db.session.expire_all()
-            ended_for = _ended_for(db.session.get(Trial, trial_id))
+        deadline = time.monotonic() + wait
+        db.session.commit()  # end the read transaction before waiting
+        while not logs and (left := deadline - time.monotonic()) > 0:
+            hub().wait(logs_key(trial_id), tail.log_version, min(left, REFRESH_S))
+            tail = fresh_tail(trial_id)
+            logs = _lines_after(tail, trial_id, after, limit)
+            db.session.commit()
+        ended_for = _ended_for(tail.state, tail.ended_at)
     last = logs[-1]["seq"] if logs else after
     done = not logs and ended_for is not None and ended_for >= LOG_GRACE_S
     return {"logs": logs, "last_seq": last, "done": done}

@@ -59,8 +59,8 @@ def _last_seq(trial_id: int) -> int:
 
 @bp.get("/trials/<int:trial_id>/logs.json")
 def trial_logs(trial_id: int):  # type: ignore[no-untyped-def]
-    """New lines after `after`; with follow=1 it waits (long poll) until some arrive."""
-    get_trial(trial_id)
+    """New lines after `after`; with follow=1 it waits (long poll) until some arrive. (No
+    query of its own: the trial's shared log tail knows whether it exists.)"""
     page = log_svc.logs_page(
         trial_id,
         int_arg("after", 0),

@@ -466,3 +466,45 @@ def test_search_preview_creates_nothing_and_describe_gives_rung_lengths(
     exp = submit(client, auth, asha)["experiment"]
     described = client.get(f"/api/v1/experiments/{exp['id']}", headers=auth).json
     assert described["rung_lengths"] == [4, 16, 64]
+
+
+def test_agents_listing_is_one_service_with_a_fixed_number_of_queries(
+    app: Flask, client: FlaskClient
+) -> None:
+    """The API and the cluster page read one service; its statements do not grow per agent."""
+    from sqlalchemy import event
+
+    from master.services.agent_listing import list_agents
+    from master.services.cluster_view import agents_overview
+
+    auth = login(client)
+
+    def statements() -> tuple[int, list[dict]]:
+        seen: list[str] = []
+        with app.app_context():
+
+            def count(*args: object) -> None:
+                seen.append(str(args[2]))
+
+            event.listen(db.engine, "before_cursor_execute", count)
+            try:
+                out = list_agents()
+            finally:
+                event.remove(db.engine, "before_cursor_execute", count)
+        return len([s for s in seen if s.lstrip().upper().startswith("SELECT")]), out
+
+    submit(client, auth)
+    first = start_one(app, client, agent_id="a1")
+    one, _ = statements()
+    specs = [first]
+    for agent_id in ("a2", "a3", "a4"):
+        submit(client, auth)
+        specs.append(start_one(app, client, agent_id=agent_id))
+    four, listed = statements()
+    assert one == four <= 3, (one, four)
+    held = {a["id"]: a["slots"][0]["trial_id"] for a in listed}
+    assert held == {f"a{i + 1}": s["trial_id"] for i, s in enumerate(specs)}
+    api = client.get("/api/v1/agents", headers=auth).json["agents"]
+    with app.app_context():
+        page = agents_overview()
+    assert api == page == listed

@@ -11,7 +11,7 @@ from pathlib import Path
 from flask import Flask
 from flask.testing import FlaskClient
 
-from master.ckpt.orphans import orphans, sweep_orphans
+from master.ckpt.orphan_dirs import orphans, sweep_orphans
 from tests.api.conftest import CONFIG, login, start_one, submit, trial_auth
 
 HOUR = 3600.0

@@ -22,8 +22,8 @@ def main() -> None:
         storage = core.checkpoint.storage
         real = storage._upload_files  # type: ignore[attr-defined]
 
-        def upload_one_then_die(files: list) -> None:
-            real(files[:1])
+        def upload_one_then_die(files: list, *rest: object) -> None:
+            real(files[:1], *rest)  # rest: the transfer journal
             logging.info("KILLED UPLOAD of %d files after 1", len(files))
             os.kill(os.getpid(), signal.SIGKILL)
 
