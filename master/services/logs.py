@@ -150,7 +150,7 @@ def _insert(rows: list[dict], commit: bool = True) -> None:
     hub().notify(*{logs_key(r["trial_id"]) for r in rows})
 
 
-def _line_json(r: Any) -> dict:
+def log_line_json(r: Any) -> dict:
     return {
         "seq": r.id,
         "timestamp": iso(r.timestamp),
@@ -170,7 +170,7 @@ def read_logs(trial_id: int, after: int, limit: int) -> list[dict]:
         .order_by(t.c.id)
         .limit(limit)
     )
-    return [_line_json(r) for r in rows]
+    return [log_line_json(r) for r in rows]
 
 
 LOG_GRACE_S = 3.0  # agents ship the last lines a moment after they report the exit

@@ -9,23 +9,12 @@ from collections.abc import Iterator
 
 from sqlalchemy import select
 
-from master.db import db, iso
+from master.db import db
 from master.errors import BadRequest, NotFound
 from master.models import TaskLog, Trial
 from master.services.chart_series import chart_metric_names, chart_series
-from master.services.logs import read_logs
+from master.services.logs import log_line_json, read_logs
 from master.services.metrics import GROUPS
-
-
-def _log_json(r: TaskLog) -> dict:
-    return {
-        "seq": r.id,
-        "timestamp": iso(r.timestamp),
-        "stream": r.stream,
-        "agent_id": r.agent_id,
-        "allocation_id": r.allocation_id,
-        "line": r.line,
-    }
 
 
 def tail_logs(
@@ -42,7 +31,7 @@ def tail_logs(
         escaped = contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         q = q.where(TaskLog.line.ilike(f"%{escaped}%", escape="\\"))
     rows = list(db.session.execute(q.order_by(TaskLog.id.desc()).limit(limit)).scalars())
-    return [_log_json(r) for r in reversed(rows)]
+    return [log_line_json(r) for r in reversed(rows)]
 
 
 def iter_log_text(trial_id: int, batch: int = 5000) -> Iterator[str]:
