@@ -21,7 +21,7 @@ from google.cloud import storage
 from harness.storage._object import DEFAULT_CONCURRENCY, ObjectStorageManager
 from harness.storage.gcs_resume import CHUNK, RESUMABLE_THRESHOLD, upload_resumable
 from harness.storage.journal import Journal
-from harness.storage.ranged import RangedDownload
+from harness.storage.ranged import RangedDownload, run_transfers
 
 
 def make_client(project: str | None = None) -> storage.Client:
@@ -116,12 +116,7 @@ class GCSStorageManager(ObjectStorageManager):
                     )
                     continue
                 futures.append(pool.submit(job, key, path, size, version))
-            for d in big:
-                d.start(pool)
-            for f in futures:
-                f.result()
-            for d in big:
-                d.finish()
+            run_transfers(pool, futures, big)
 
     def _list_meta(self, prefix: str) -> dict[str, tuple[int, str | None]]:
         # The generation identifies the object's content version (a rewrite gets a new one).

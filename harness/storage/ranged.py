@@ -11,13 +11,35 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Protocol
 
 from harness.storage.journal import Journal
 
 PART_SUFFIX = ".det-part"
+
+
+class Chunked(Protocol):
+    """A transfer in chunks (a ranged download, an S3 multipart upload)."""
+
+    def start(self, pool: ThreadPoolExecutor) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+def run_transfers(
+    pool: ThreadPoolExecutor, whole: Sequence[Future[Any]], chunked: Sequence[Chunked]
+) -> None:
+    """Queue the chunked transfers' chunks beside the whole-file transfers already running, wait
+    for the whole files, then finish each chunked one (its last step, once its chunks are in)."""
+    for c in chunked:
+        c.start(pool)
+    for f in whole:
+        f.result()
+    for c in chunked:
+        c.finish()
 
 
 class RangedDownload:

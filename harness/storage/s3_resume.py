@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from s3transfer.subscribers import BaseSubscriber
 
 from harness.storage.journal import Journal
-from harness.storage.ranged import RangedDownload
+from harness.storage.ranged import RangedDownload, run_transfers
 
 if TYPE_CHECKING:
     from harness.storage.s3 import S3StorageManager
@@ -173,12 +173,7 @@ def upload_files(mgr: S3StorageManager, files: list[tuple[Path, str]], journal: 
             futures.append(
                 tm.upload(str(path), mgr.bucket, key, subscribers=[_Record(journal, record)])
             )
-        for m in big:
-            m.start(pool)
-        for f in futures:
-            f.result()
-        for m in big:
-            m.finish()
+        run_transfers(pool, futures, big)
 
 
 def _range_reader(
@@ -227,9 +222,4 @@ def download_files(
                     mgr.bucket, key, str(target), subscribers=[_Record(journal, record, size)]
                 )
             )
-        for d in big:
-            d.start(pool)
-        for f in futures:
-            f.result()
-        for d in big:
-            d.finish()
+        run_transfers(pool, futures, big)
