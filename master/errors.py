@@ -142,10 +142,11 @@ def register_error_handlers(app: Flask) -> None:
         if database_unavailable(e):
             return _database_away(e)
         log.exception("unhandled error")
-        return _body(500, "internal", f"internal error: {type(e).__name__}: {e}")
+        # The text of an unexpected error may hold SQL or paths: it goes to the master's log.
+        return _body(500, "internal", f"internal error ({type(e).__name__}; see the master's log)")
 
 
-def _database_away(e: BaseException):  # type: ignore[no-untyped-def]
+def _database_away(e: BaseException) -> Response:
     """503 + Retry-After: clients (the harness, agents) retry; nothing half-done was kept."""
     from master.db import db
 

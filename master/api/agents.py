@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from master.api._guard import sanitises_text
 from master.api._util import int_arg, json_body
@@ -27,7 +28,7 @@ def _check_id(agent_id: str) -> None:
 
 @bp.post("/agents/<agent_id>/poll")
 @sanitises_text  # exit reasons quote trial output: a NUL there must not fail every poll
-def poll(agent_id: str):  # type: ignore[no-untyped-def]
+def poll(agent_id: str) -> ResponseReturnValue:
     require_agent(agent_id)
     _check_id(agent_id)
     payload = svc.parse_poll(request.get_json(silent=True))
@@ -38,14 +39,14 @@ def poll(agent_id: str):  # type: ignore[no-untyped-def]
 
 @bp.post("/agents/<agent_id>/logs")
 @sanitises_text  # one line with a NUL must not fail (and re-send forever) the whole batch
-def logs(agent_id: str):  # type: ignore[no-untyped-def]
+def logs(agent_id: str) -> ResponseReturnValue:
     require_agent(agent_id)
     _check_id(agent_id)
     return jsonify({"accepted": ingest_agent_logs(agent_id, json_body().get("logs"))})
 
 
 @bp.get("/agents/<agent_id>/allocations/<alloc_id>/logs")
-def log_tail(agent_id: str, alloc_id: str):  # type: ignore[no-untyped-def]
+def log_tail(agent_id: str, alloc_id: str) -> ResponseReturnValue:
     """The newest lines this agent shipped for the allocation (for re-attaching exactly)."""
     require_agent(agent_id)
     _check_id(agent_id)
@@ -54,6 +55,6 @@ def log_tail(agent_id: str, alloc_id: str):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/agents")
-def list_agents():  # type: ignore[no-untyped-def]
+def list_agents() -> ResponseReturnValue:
     require_user()
     return jsonify({"agents": agent_listing.list_agents()})

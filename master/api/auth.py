@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from master import __version__
 from master.api._util import json_body, require_str
@@ -17,12 +18,12 @@ bp = Blueprint("auth", __name__)
 
 
 @bp.get("/health")
-def health():  # type: ignore[no-untyped-def]
+def health() -> ResponseReturnValue:
     return jsonify({"status": "ok", "version": __version__})
 
 
 @bp.get("/master/stats")
-def master_stats():  # type: ignore[no-untyped-def]
+def master_stats() -> ResponseReturnValue:
     """The scheduler tick's lateness, for operators and the load benchmark."""
     require_user()
     stats = master_state().tick_stats
@@ -30,7 +31,7 @@ def master_stats():  # type: ignore[no-untyped-def]
 
 
 @bp.post("/auth/login")
-def login():  # type: ignore[no-untyped-def]
+def login() -> ResponseReturnValue:
     body = json_body()
     username = require_str(body, "username")
     password = body.get("password")
@@ -41,7 +42,7 @@ def login():  # type: ignore[no-untyped-def]
 
 
 @bp.post("/auth/logout")
-def logout():  # type: ignore[no-untyped-def]
+def logout() -> ResponseReturnValue:
     require_user()
     token = bearer_token()
     assert token
@@ -51,7 +52,7 @@ def logout():  # type: ignore[no-untyped-def]
 
 
 @bp.get("/me")
-def me():  # type: ignore[no-untyped-def]
+def me() -> ResponseReturnValue:
     p = require_user()
     user = db.session.get(User, p.user_id)
     assert user is not None
@@ -59,13 +60,13 @@ def me():  # type: ignore[no-untyped-def]
 
 
 @bp.get("/users")
-def list_users():  # type: ignore[no-untyped-def]
+def list_users() -> ResponseReturnValue:
     require_user()
     return jsonify({"users": [u.to_json() for u in svc.all_users()]})
 
 
 @bp.post("/users")
-def create_user():  # type: ignore[no-untyped-def]
+def create_user() -> ResponseReturnValue:
     require_admin()
     body = json_body()
     user = svc.create_user(
@@ -75,7 +76,7 @@ def create_user():  # type: ignore[no-untyped-def]
 
 
 @bp.patch("/users/<username>")
-def update_user(username: str):  # type: ignore[no-untyped-def]
+def update_user(username: str) -> ResponseReturnValue:
     p = require_user()
     user = svc.update_user(username, json_body(), by_user_id=p.user_id, by_admin=p.admin)
     return jsonify({"user": user.to_json()})

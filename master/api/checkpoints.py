@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 
 from flask import Blueprint, Response, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from master.api._util import int_arg, json_body
 from master.auth import principal, require_trial_access
 from master.errors import BadRequest, Forbidden, NotFound
+from master.models import Checkpoint
 from master.services import checkpoints as svc
 from master.services.experiments import get_experiment
 from master.services.trials import get_trial
@@ -17,7 +19,7 @@ bp = Blueprint("checkpoints", __name__)
 
 
 @bp.post("/checkpoints")
-def register():  # type: ignore[no-untyped-def]
+def register() -> ResponseReturnValue:
     body = json_body()
     trial_id = body.get("trial_id")
     if isinstance(trial_id, bool) or not isinstance(trial_id, int):
@@ -28,7 +30,7 @@ def register():  # type: ignore[no-untyped-def]
     return jsonify({"checkpoint": svc.checkpoint_json(ckpt)}), 201
 
 
-def _readable(uuid: str):  # type: ignore[no-untyped-def]
+def _readable(uuid: str) -> Checkpoint:
     from master.registry.service import registered_checkpoint
 
     ckpt = registered_checkpoint(uuid) or svc.get(uuid)  # a registered one outlives its rows
@@ -41,12 +43,12 @@ def _readable(uuid: str):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/checkpoints/<uuid>")
-def describe(uuid: str):  # type: ignore[no-untyped-def]
+def describe(uuid: str) -> ResponseReturnValue:
     return jsonify({"checkpoint": svc.checkpoint_json(_readable(uuid))})
 
 
 @bp.get("/checkpoints")
-def list_checkpoints():  # type: ignore[no-untyped-def]
+def list_checkpoints() -> ResponseReturnValue:
     exp_id = request.args.get("experiment_id")
     trial_id = request.args.get("trial_id")
     if exp_id is None and trial_id is None:
@@ -72,7 +74,7 @@ def list_checkpoints():  # type: ignore[no-untyped-def]
 
 
 @bp.get("/checkpoints/<uuid>/download")
-def download(uuid: str):  # type: ignore[no-untyped-def]
+def download(uuid: str) -> ResponseReturnValue:
     from master.ckpt import transfer
 
     ckpt = _readable(uuid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, Response, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from master.api._guard import require_object
 from master.api._util import bool_arg, int_arg, json_body, str_arg
@@ -20,7 +21,7 @@ bp = Blueprint("experiments", __name__)
 
 
 @bp.post("/experiments")
-def create():  # type: ignore[no-untyped-def]
+def create() -> ResponseReturnValue:
     p = require_user()
     if request.mimetype == "application/json":
         body = require_object(request.get_json(silent=True) or {})
@@ -50,7 +51,7 @@ def create():  # type: ignore[no-untyped-def]
 
 
 @bp.post("/experiments/preview")
-def preview_search():  # type: ignore[no-untyped-def]
+def preview_search() -> ResponseReturnValue:
     """What a config's search will run (trials, lengths, ASHA rungs); nothing is created."""
     require_user()
     body = request.get_json(silent=True)
@@ -61,7 +62,7 @@ def preview_search():  # type: ignore[no-untyped-def]
 
 
 @bp.get("/experiments")
-def list_experiments():  # type: ignore[no-untyped-def]
+def list_experiments() -> ResponseReturnValue:
     require_user()
     states = None
     if state := str_arg("state"):
@@ -80,7 +81,7 @@ def list_experiments():  # type: ignore[no-untyped-def]
 
 
 @bp.get("/experiments/<int:exp_id>")
-def describe(exp_id: int):  # type: ignore[no-untyped-def]
+def describe(exp_id: int) -> ResponseReturnValue:
     require_user()
     exp = svc.get_experiment(exp_id)
     body: dict = {"experiment": svc.experiment_json(exp), "rung_lengths": svc.rung_lengths(exp)}
@@ -91,14 +92,14 @@ def describe(exp_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/experiments/<int:exp_id>/trials")
-def experiment_trials(exp_id: int):  # type: ignore[no-untyped-def]
+def experiment_trials(exp_id: int) -> ResponseReturnValue:
     require_user()
     svc.get_experiment(exp_id)
     return jsonify({"trials": [trial_json(t) for t in trials_of(exp_id)]})
 
 
 @bp.get("/experiments/<int:exp_id>/config")
-def config(exp_id: int):  # type: ignore[no-untyped-def]
+def config(exp_id: int) -> ResponseReturnValue:
     require_user()
     exp = svc.get_experiment(exp_id)
     from master.ckpt.storage import redact_config, redact_yaml
@@ -121,7 +122,7 @@ def _may_steer(exp: Experiment) -> None:
 
 
 @bp.patch("/experiments/<int:exp_id>")
-def patch(exp_id: int):  # type: ignore[no-untyped-def]
+def patch(exp_id: int) -> ResponseReturnValue:
     from master.services.experiment_edits import patch_experiment
 
     _may_steer(svc.get_experiment(exp_id))
@@ -131,7 +132,7 @@ def patch(exp_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.post("/experiments/<int:exp_id>/<action>")
-def act(exp_id: int, action: str):  # type: ignore[no-untyped-def]
+def act(exp_id: int, action: str) -> ResponseReturnValue:
     if action not in ("pause", "activate", "cancel", "kill"):
         raise NotFound(f"unknown action {action!r}")
     _may_steer(svc.get_experiment(exp_id))
@@ -146,7 +147,7 @@ def act(exp_id: int, action: str):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/experiments/<int:exp_id>/model_def")
-def model_def(exp_id: int):  # type: ignore[no-untyped-def]
+def model_def(exp_id: int) -> ResponseReturnValue:
     p = principal()
     if p.kind == "allocation" and p.experiment_id != exp_id:
         raise Forbidden("this session token belongs to another experiment")

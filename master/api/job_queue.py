@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify
+from flask.typing import ResponseReturnValue
 
 from master.api._util import json_body, str_arg
 from master.auth import require_user
@@ -15,13 +16,13 @@ bp = Blueprint("jobs", __name__)
 
 
 @bp.get("/job-queues")
-def job_queues():  # type: ignore[no-untyped-def]
+def job_queues() -> ResponseReturnValue:
     require_user()
     return jsonify({"pools": svc.queue_jobs(str_arg("pool") or None)})
 
 
 @bp.patch("/jobs/<job_id>")
-def update(job_id: str):  # type: ignore[no-untyped-def]
+def update(job_id: str) -> ResponseReturnValue:
     p = require_user()
     try:
         exp = get_experiment(int(job_id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify
+from flask.typing import ResponseReturnValue
 
 from detlab.expconf import load_yaml, warnings_for
 from master.api._util import json_body
@@ -14,19 +15,19 @@ bp = Blueprint("templates", __name__)
 
 
 @bp.get("/templates")
-def list_templates():  # type: ignore[no-untyped-def]
+def list_templates() -> ResponseReturnValue:
     require_user()
     return jsonify({"templates": [svc.template_json(t) for t in svc.list_templates()]})
 
 
 @bp.get("/templates/<name>")
-def describe(name: str):  # type: ignore[no-untyped-def]
+def describe(name: str) -> ResponseReturnValue:
     require_user()
     return jsonify({"template": svc.template_json(svc.get_template(name))})
 
 
 @bp.put("/templates/<name>")
-def put(name: str):  # type: ignore[no-untyped-def]
+def put(name: str) -> ResponseReturnValue:
     require_user()
     body = json_body()
     if "config" not in body:
@@ -36,14 +37,14 @@ def put(name: str):  # type: ignore[no-untyped-def]
 
 
 @bp.delete("/templates/<name>")
-def remove(name: str):  # type: ignore[no-untyped-def]
+def remove(name: str) -> ResponseReturnValue:
     require_user()
     svc.remove_template(name)
     return jsonify({"removed": name})
 
 
 @bp.post("/templates/<name>/render")
-def render(name: str):  # type: ignore[no-untyped-def]
+def render(name: str) -> ResponseReturnValue:
     require_user()
     body = json_body()
     text = body.get("config")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from master.api._util import bool_arg, float_arg, int_arg, json_body, str_arg
 from master.auth import require_trial_access
@@ -17,13 +18,13 @@ bp = Blueprint("trials", __name__)
 
 
 @bp.get("/trials/<int:trial_id>")
-def describe(trial_id: int):  # type: ignore[no-untyped-def]
+def describe(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id)
     return jsonify({"trial": svc.trial_json(svc.get_trial(trial_id))})
 
 
 @bp.get("/trials/<int:trial_id>/metrics")
-def metrics(trial_id: int):  # type: ignore[no-untyped-def]
+def metrics(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id)
     svc.get_trial(trial_id)
     after = request.args.get("after_steps")
@@ -38,7 +39,7 @@ def metrics(trial_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.post("/trials/<int:trial_id>/metrics")
-def report_metrics(trial_id: int):  # type: ignore[no-untyped-def]
+def report_metrics(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id, write=True)
     reports, batch_id = metric_svc.parse_reports_body(request.get_data(cache=False))
     n = metric_svc.ingest(svc.get_trial(trial_id), reports, batch_id)
@@ -46,7 +47,7 @@ def report_metrics(trial_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/trials/<int:trial_id>/logs")
-def logs(trial_id: int):  # type: ignore[no-untyped-def]
+def logs(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id)
     page = log_svc.logs_page(  # NotFound from the trial's shared tail
         trial_id,
@@ -59,14 +60,14 @@ def logs(trial_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/trials/<int:trial_id>/checkpoints")
-def checkpoints(trial_id: int):  # type: ignore[no-untyped-def]
+def checkpoints(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id)
     svc.get_trial(trial_id)
     return jsonify({"checkpoints": [checkpoint_json(c) for c in checkpoints_of(trial_id=trial_id)]})
 
 
 @bp.post("/trials/<int:trial_id>/progress")
-def progress(trial_id: int):  # type: ignore[no-untyped-def]
+def progress(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id, write=True)
     body = json_body()
     value = body.get("progress")
@@ -77,13 +78,13 @@ def progress(trial_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/trials/<int:trial_id>/searcher/operation")
-def operation(trial_id: int):  # type: ignore[no-untyped-def]
+def operation(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id)
     return jsonify(svc.current_operation(trial_id))
 
 
 @bp.post("/trials/<int:trial_id>/searcher/completed_operation")
-def completed_operation(trial_id: int):  # type: ignore[no-untyped-def]
+def completed_operation(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id, write=True)
     body = json_body()
     svc.complete_operation(trial_id, body.get("length"), body.get("searcher_metric"))
@@ -92,14 +93,14 @@ def completed_operation(trial_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.post("/trials/<int:trial_id>/early_exit")
-def early_exit(trial_id: int):  # type: ignore[no-untyped-def]
+def early_exit(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id, write=True)
     svc.early_exit(trial_id, str(json_body().get("reason")))
     return jsonify({})
 
 
 @bp.post("/trials/<int:trial_id>/unmanaged/exit")
-def unmanaged_exit(trial_id: int):  # type: ignore[no-untyped-def]
+def unmanaged_exit(trial_id: int) -> ResponseReturnValue:
     """An unmanaged trial's script says it has ended (`core_v2.close()`)."""
     require_trial_access(trial_id, write=True)
     body = json_body()
@@ -114,14 +115,14 @@ def unmanaged_exit(trial_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/trials/<int:trial_id>/metric-names")
-def metric_names(trial_id: int):  # type: ignore[no-untyped-def]
+def metric_names(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id)
     svc.get_trial(trial_id)
     return jsonify(metric_svc.metric_names(trial_id))
 
 
 @bp.get("/trials/<int:trial_id>/metric-series")
-def metric_series(trial_id: int):  # type: ignore[no-untyped-def]
+def metric_series(trial_id: int) -> ResponseReturnValue:
     require_trial_access(trial_id)
     svc.get_trial(trial_id)
     names = [n for n in (str_arg("names") or "").split(",") if n]

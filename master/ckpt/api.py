@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from master.api._util import json_body
 from master.auth import principal, require_user
@@ -47,7 +48,7 @@ def _policy_from(values: dict, base: Policy) -> Policy:
 
 
 @bp.get("/experiments/<int:exp_id>/checkpoint-gc")
-def dry_run(exp_id: int):  # type: ignore[no-untyped-def]
+def dry_run(exp_id: int) -> ResponseReturnValue:
     """What a policy (the experiment's, with `?save_...=N` overrides) would delete now."""
     require_user()
     exp = get_experiment(exp_id)
@@ -56,7 +57,7 @@ def dry_run(exp_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.patch("/experiments/<int:exp_id>/gc-policy")
-def set_gc_policy(exp_id: int):  # type: ignore[no-untyped-def]
+def set_gc_policy(exp_id: int) -> ResponseReturnValue:
     exp = get_experiment(exp_id)
     _may_change(exp)
     body = json_body()
@@ -66,14 +67,14 @@ def set_gc_policy(exp_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/experiments/<int:exp_id>/checkpoint-usage")
-def usage(exp_id: int):  # type: ignore[no-untyped-def]
+def usage(exp_id: int) -> ResponseReturnValue:
     require_user()
     get_experiment(exp_id)
     return jsonify(gc.experiment_usage(exp_id))
 
 
 @bp.delete("/checkpoints")
-def delete_checkpoints():  # type: ignore[no-untyped-def]
+def delete_checkpoints() -> ResponseReturnValue:
     require_user()
     body = json_body()
     uuids = body.get("checkpoint_uuids", body.get("checkpointUuids"))
@@ -84,14 +85,14 @@ def delete_checkpoints():  # type: ignore[no-untyped-def]
 
 
 @bp.delete("/experiments/<int:exp_id>")
-def delete_experiment(exp_id: int):  # type: ignore[no-untyped-def]
+def delete_experiment(exp_id: int) -> ResponseReturnValue:
     exp = get_experiment(exp_id)
     _may_change(exp)
     return jsonify(delete.delete_experiment(exp))
 
 
 @bp.post("/checkpoints/<uuid>/deleted")
-def agent_deleted(uuid: str):  # type: ignore[no-untyped-def]
+def agent_deleted(uuid: str) -> ResponseReturnValue:
     """An agent reports the outcome of a deletion it was handed: `{"error": null | "..."}`."""
     p = principal()
     if p.kind != "agent":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
 
 from master.api._util import bool_arg, json_body, str_arg
 from master.auth import require_user
@@ -27,7 +28,7 @@ def _may_change(m: Model) -> User | None:
 
 
 @bp.get("/models")
-def list_models():  # type: ignore[no-untyped-def]
+def list_models() -> ResponseReturnValue:
     require_user()
     archived = bool_arg("archived") if "archived" in request.args else None
     rows = svc.list_models(archived, str_arg("name"))
@@ -35,42 +36,42 @@ def list_models():  # type: ignore[no-untyped-def]
 
 
 @bp.post("/models")
-def create_model():  # type: ignore[no-untyped-def]
+def create_model() -> ResponseReturnValue:
     p = require_user()
     m = svc.create_model(p.user_id, json_body())
     return jsonify({"model": svc.model_json(m)}), 201
 
 
 @bp.get("/models/<ref>")
-def describe(ref: str):  # type: ignore[no-untyped-def]
+def describe(ref: str) -> ResponseReturnValue:
     require_user()
     m = svc.get_model(ref)
     return jsonify({"model": svc.model_json(m)})
 
 
 @bp.patch("/models/<ref>")
-def patch(ref: str):  # type: ignore[no-untyped-def]
+def patch(ref: str) -> ResponseReturnValue:
     m = svc.get_model(ref)
     _may_change(m)
     return jsonify({"model": svc.model_json(svc.patch_model(m, json_body()))})
 
 
 @bp.post("/models/<ref>/archive")
-def archive(ref: str):  # type: ignore[no-untyped-def]
+def archive(ref: str) -> ResponseReturnValue:
     m = svc.get_model(ref)
     _may_change(m)
     return jsonify({"model": svc.model_json(svc.set_archived(m, True))})
 
 
 @bp.post("/models/<ref>/unarchive")
-def unarchive(ref: str):  # type: ignore[no-untyped-def]
+def unarchive(ref: str) -> ResponseReturnValue:
     m = svc.get_model(ref)
     _may_change(m)
     return jsonify({"model": svc.model_json(svc.set_archived(m, False))})
 
 
 @bp.delete("/models/<ref>")
-def delete(ref: str):  # type: ignore[no-untyped-def]
+def delete(ref: str) -> ResponseReturnValue:
     m = svc.get_model(ref)
     _may_change(m)
     name = m.name
@@ -79,7 +80,7 @@ def delete(ref: str):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/models/<ref>/versions")
-def versions(ref: str):  # type: ignore[no-untyped-def]
+def versions(ref: str) -> ResponseReturnValue:
     require_user()
     m = svc.get_model(ref)
     return jsonify(
@@ -91,7 +92,7 @@ def versions(ref: str):  # type: ignore[no-untyped-def]
 
 
 @bp.post("/models/<ref>/versions")
-def register_version(ref: str):  # type: ignore[no-untyped-def]
+def register_version(ref: str) -> ResponseReturnValue:
     m = svc.get_model(ref)
     _may_change(m)
     p = require_user()
@@ -100,7 +101,7 @@ def register_version(ref: str):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/models/<ref>/versions/<version>")
-def version(ref: str, version: str):  # type: ignore[no-untyped-def]
+def version(ref: str, version: str) -> ResponseReturnValue:
     """A version by number, or by alias (`/models/NAME/versions/production`)."""
     require_user()
     m = svc.get_model(ref)
@@ -108,7 +109,7 @@ def version(ref: str, version: str):  # type: ignore[no-untyped-def]
 
 
 @bp.patch("/models/<ref>/versions/<int:version>")
-def patch_version(ref: str, version: int):  # type: ignore[no-untyped-def]
+def patch_version(ref: str, version: int) -> ResponseReturnValue:
     m = svc.get_model(ref)
     _may_change(m)
     v = svc.patch_version(svc.get_version(m, version), json_body())
@@ -116,7 +117,7 @@ def patch_version(ref: str, version: int):  # type: ignore[no-untyped-def]
 
 
 @bp.delete("/models/<ref>/versions/<int:version>")
-def delete_version(ref: str, version: int):  # type: ignore[no-untyped-def]
+def delete_version(ref: str, version: int) -> ResponseReturnValue:
     m = svc.get_model(ref)
     _may_change(m)
     orphans = svc.delete_version(svc.get_version(m, version))
@@ -124,14 +125,14 @@ def delete_version(ref: str, version: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/models/<ref>/aliases")
-def aliases(ref: str):  # type: ignore[no-untyped-def]
+def aliases(ref: str) -> ResponseReturnValue:
     require_user()
     m = svc.get_model(ref)
     return jsonify({"aliases": svc.aliases_of(m), "history": svc.alias_history(m)})
 
 
 @bp.put("/models/<ref>/aliases/<alias>")
-def set_alias(ref: str, alias: str):  # type: ignore[no-untyped-def]
+def set_alias(ref: str, alias: str) -> ResponseReturnValue:
     m = svc.get_model(ref)
     user = _may_change(m)
     body = json_body()
@@ -141,7 +142,7 @@ def set_alias(ref: str, alias: str):  # type: ignore[no-untyped-def]
 
 
 @bp.delete("/models/<ref>/aliases/<alias>")
-def remove_alias(ref: str, alias: str):  # type: ignore[no-untyped-def]
+def remove_alias(ref: str, alias: str) -> ResponseReturnValue:
     m = svc.get_model(ref)
     user = _may_change(m)
     svc.remove_alias(m, alias, user)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
+    Response,
     abort,
     jsonify,
     redirect,
@@ -15,6 +17,7 @@ from flask import (
     send_from_directory,
     url_for,
 )
+from flask.typing import ResponseReturnValue
 from werkzeug.exceptions import HTTPException
 
 from detlab.expconf import ConfigError
@@ -65,7 +68,7 @@ def safe_next(target: str | None) -> str:
 
 
 @bp.before_request
-def _gate():  # type: ignore[no-untyped-def]
+def _gate() -> ResponseReturnValue | None:
     if request.endpoint in ("web.static", "web.vendor"):
         return None
     check_csrf()
@@ -83,7 +86,7 @@ def _gate():  # type: ignore[no-untyped-def]
 
 
 @bp.after_request
-def _headers(resp):  # type: ignore[no-untyped-def]
+def _headers(resp: Response) -> Response:
     resp.headers.setdefault("Content-Security-Policy", CSP)
     resp.headers.setdefault("X-Content-Type-Options", "nosniff")
     resp.headers.setdefault("X-Frame-Options", "DENY")
@@ -93,7 +96,7 @@ def _headers(resp):  # type: ignore[no-untyped-def]
     return resp
 
 
-def _error(status: int, code: str, message: str):  # type: ignore[no-untyped-def]
+def _error(status: int, code: str, message: str) -> ResponseReturnValue:
     if wants_json():
         resp = jsonify({"error": {"code": code, "message": message}})
         resp.status_code = status
@@ -102,27 +105,27 @@ def _error(status: int, code: str, message: str):  # type: ignore[no-untyped-def
 
 
 @bp.errorhandler(APIError)
-def _api_error(e: APIError):  # type: ignore[no-untyped-def]
+def _api_error(e: APIError) -> ResponseReturnValue:
     return _error(e.status, e.code, e.message)
 
 
 @bp.errorhandler(ConfigError)
-def _config_error(e: ConfigError):  # type: ignore[no-untyped-def]
+def _config_error(e: ConfigError) -> ResponseReturnValue:
     return _error(400, "validation", str(e))
 
 
 @bp.errorhandler(IllegalTransition)
-def _transition(e: IllegalTransition):  # type: ignore[no-untyped-def]
+def _transition(e: IllegalTransition) -> ResponseReturnValue:
     return _error(409, "conflict", str(e))
 
 
 @bp.errorhandler(HTTPException)
-def _http(e: HTTPException):  # type: ignore[no-untyped-def]
+def _http(e: HTTPException) -> ResponseReturnValue:
     return _error(e.code or 500, "error", e.description or e.name)
 
 
 @bp.get("/static/vendor/<name>")
-def vendor(name: str):  # type: ignore[no-untyped-def]
+def vendor(name: str) -> ResponseReturnValue:
     """Third-party browser files from the npm install (a fixed list, nothing else)."""
     rel = VENDOR.get(name)
     if rel is None or not (NODE_MODULES / rel).is_file():
@@ -152,7 +155,7 @@ def _metric_filter(value: object) -> str:
 
 
 @bp.app_template_filter("utc_iso")
-def _iso_filter(value):  # type: ignore[no-untyped-def]
+def _iso_filter(value: Any) -> str:
     from master.db import iso
 
     return iso(value) or ""

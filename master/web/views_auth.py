@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import flash, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
 
 from master.errors import TooManyRequests
 from master.web.blueprint import bp, safe_next
@@ -10,12 +11,12 @@ from master.web.session import current_user, sign_in, sign_out
 
 
 @bp.get("/")
-def index():  # type: ignore[no-untyped-def]
+def index() -> ResponseReturnValue:
     return redirect(url_for("web.experiments"))
 
 
 @bp.route("/login", methods=["GET", "POST"])
-def login():  # type: ignore[no-untyped-def]
+def login() -> ResponseReturnValue:
     nxt = request.values.get("next")
     if request.method == "GET":
         if current_user() is not None:
@@ -39,7 +40,7 @@ def login():  # type: ignore[no-untyped-def]
 
 
 @bp.post("/logout")
-def logout():  # type: ignore[no-untyped-def]
+def logout() -> ResponseReturnValue:
     sign_out()
     flash("Signed out.")
     return redirect(url_for("web.login"))

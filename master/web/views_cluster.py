@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flask import flash, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
 
 from master.auth import can_steer
 from master.errors import BadRequest, Forbidden
@@ -25,17 +26,17 @@ def _context() -> dict:
 
 
 @bp.get("/cluster")
-def cluster():  # type: ignore[no-untyped-def]
+def cluster() -> ResponseReturnValue:
     return render_template("cluster.html", **_context())
 
 
 @bp.get("/cluster/live")
-def cluster_live():  # type: ignore[no-untyped-def]
+def cluster_live() -> ResponseReturnValue:
     return render_template("_cluster_agents.html", **_context())
 
 
 @bp.post("/jobs/<int:job_id>")
-def update_job(job_id: int):  # type: ignore[no-untyped-def]
+def update_job(job_id: int) -> ResponseReturnValue:
     """Change a job's priority or move it ahead of / behind another (owners and admins)."""
     exp = get_experiment(job_id)
     if not can_steer(current_user(), exp.owner_id):

@@ -6,6 +6,7 @@ from typing import Any
 
 import yaml
 from flask import flash, jsonify, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
 
 from master.auth import can_steer
 from master.db import utcnow
@@ -47,12 +48,12 @@ def _list_context() -> dict[str, Any]:
 
 
 @bp.get("/experiments")
-def experiments():  # type: ignore[no-untyped-def]
+def experiments() -> ResponseReturnValue:
     return render_template("experiments.html", **_list_context())
 
 
 @bp.get("/experiments/rows")
-def experiment_rows():  # type: ignore[no-untyped-def]
+def experiment_rows() -> ResponseReturnValue:
     """The table body alone, same filters: what the page swaps in to stay live."""
     return render_template("_experiment_rows.html", **_list_context())
 
@@ -73,7 +74,7 @@ def _steer(exp_id: int, action: str) -> None:
 
 
 @bp.post("/experiments/bulk")
-def bulk():  # type: ignore[no-untyped-def]
+def bulk() -> ResponseReturnValue:
     action = request.form.get("action") or ""
     if action not in BULK_ACTIONS:
         raise BadRequest(f"unknown action {action!r}; expected one of {BULK_ACTIONS}", "action")
@@ -105,7 +106,7 @@ def bulk():  # type: ignore[no-untyped-def]
 
 
 @bp.post("/experiments/<int:exp_id>/<action>")
-def act(exp_id: int, action: str):  # type: ignore[no-untyped-def]
+def act(exp_id: int, action: str) -> ResponseReturnValue:
     if action not in BULK_ACTIONS:
         raise BadRequest(f"unknown action {action!r}; expected one of {BULK_ACTIONS}", "action")
     exp = exp_svc.get_experiment(exp_id)
@@ -160,7 +161,7 @@ def _detail_context(exp_id: int) -> dict[str, Any]:
 
 
 @bp.get("/experiments/<int:exp_id>")
-def experiment(exp_id: int):  # type: ignore[no-untyped-def]
+def experiment(exp_id: int) -> ResponseReturnValue:
     ctx = _detail_context(exp_id)
     exp = ctx["exp"]
     names = experiment_metric_names([r["t"] for r in ctx["rows"]])
@@ -182,13 +183,13 @@ def experiment(exp_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/experiments/<int:exp_id>/live")
-def experiment_live(exp_id: int):  # type: ignore[no-untyped-def]
+def experiment_live(exp_id: int) -> ResponseReturnValue:
     """The header and trials table alone (swapped in every few seconds while it runs)."""
     return render_template("_experiment_live.html", **_detail_context(exp_id))
 
 
 @bp.get("/experiments/<int:exp_id>/curves.json")
-def curves(exp_id: int):  # type: ignore[no-untyped-def]
+def curves(exp_id: int) -> ResponseReturnValue:
     exp_svc.get_experiment(exp_id)
     group = request.args.get("group") or "validation"
     metric = request.args.get("metric") or ""

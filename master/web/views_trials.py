@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, jsonify, render_template, request, stream_with_context
+from flask.typing import ResponseReturnValue
 
 from master.api._util import bool_arg, float_arg, int_arg
 from master.db import utcnow
@@ -24,7 +25,7 @@ MAX_COMPARE = 10
 
 
 @bp.get("/trials/<int:trial_id>")
-def trial(trial_id: int):  # type: ignore[no-untyped-def]
+def trial(trial_id: int) -> ResponseReturnValue:
     t = get_trial(trial_id)
     alloc = live_allocation_states([t.id]).get(t.id)
     search = (request.args.get("q") or "").strip()
@@ -58,7 +59,7 @@ def _last_seq(trial_id: int) -> int:
 
 
 @bp.get("/trials/<int:trial_id>/logs.json")
-def trial_logs(trial_id: int):  # type: ignore[no-untyped-def]
+def trial_logs(trial_id: int) -> ResponseReturnValue:
     """New lines after `after`; with follow=1 it waits (long poll) until some arrive. (No
     query of its own: the trial's shared log tail knows whether it exists.)"""
     page = log_svc.logs_page(
@@ -72,7 +73,7 @@ def trial_logs(trial_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/trials/<int:trial_id>/logs.txt")
-def trial_logs_download(trial_id: int):  # type: ignore[no-untyped-def]
+def trial_logs_download(trial_id: int) -> ResponseReturnValue:
     get_trial(trial_id)
     return Response(
         stream_with_context(iter_log_text(trial_id)),
@@ -82,7 +83,7 @@ def trial_logs_download(trial_id: int):  # type: ignore[no-untyped-def]
 
 
 @bp.get("/trials/<int:trial_id>/series.json")
-def trial_series(trial_id: int):  # type: ignore[no-untyped-def]
+def trial_series(trial_id: int) -> ResponseReturnValue:
     """The master's downsampled series for the charts: a long series first as a strided
     sample (fast), then with `exact=1` as the min/max envelope."""
     t = get_trial(trial_id)
@@ -129,7 +130,7 @@ def _compare_rows(trials: list) -> tuple[dict[str, list[Any]], dict[str, list[An
 
 
 @bp.get("/compare")
-def compare():  # type: ignore[no-untyped-def]
+def compare() -> ResponseReturnValue:
     ids = fmt.int_list(request.args, "trials")
     error = None
     trials: list = []
