@@ -7,11 +7,9 @@ from flask.typing import ResponseReturnValue
 
 from master import __version__
 from master.api._util import json_body, require_str
-from master.auth import bearer_token, principal, require_admin, require_user, revoke_token
+from master.auth import bearer_token, principal, require_admin, require_user
 from master.context import master_state
-from master.db import db
 from master.errors import BadRequest
-from master.models import User
 from master.services import users as svc
 
 bp = Blueprint("auth", __name__)
@@ -46,17 +44,14 @@ def logout() -> ResponseReturnValue:
     require_user()
     token = bearer_token()
     assert token
-    revoke_token(token)
-    db.session.commit()
+    svc.log_out(token)
     return jsonify({})
 
 
 @bp.get("/me")
 def me() -> ResponseReturnValue:
     p = require_user()
-    user = db.session.get(User, p.user_id)
-    assert user is not None
-    return jsonify({"user": user.to_json()})
+    return jsonify({"user": svc.user_by_id(p.user_id).to_json()})
 
 
 @bp.get("/users")

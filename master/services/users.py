@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from master.auth import check_password, hash_password, new_token, token_cache
+from master.auth import check_password, hash_password, new_token, revoke_token, token_cache
 from master.context import master_state
 from master.db import db
 from master.errors import (
@@ -35,6 +35,19 @@ def get_user(username: str) -> User:
     if user is None:
         raise NotFound(f"user {username!r} not found")
     return user
+
+
+def user_by_id(user_id: int | None) -> User:
+    user = db.session.get(User, user_id) if user_id is not None else None
+    if user is None:
+        raise NotFound(f"user {user_id} not found")
+    return user
+
+
+def log_out(token: str) -> None:
+    """The token stops working at once (the cache is evicted once the deletion commits)."""
+    revoke_token(token)
+    db.session.commit()
 
 
 def all_users() -> list[User]:
