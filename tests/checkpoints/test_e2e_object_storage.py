@@ -68,9 +68,11 @@ def test_digits_trial_checkpoints_pause_resume_on_another_agent_and_gc(
     cluster.start_agent("agent-1", slots=1)
     config = yaml.safe_load((DIGITS / "const.yaml").read_text())
     config["checkpoint_storage"] = object_storage
-    config["searcher"]["max_length"] = {"batches": 600}
-    config["min_validation_period"] = {"batches": 100}
-    config["min_checkpoint_period"] = {"batches": 100}
+    # Long enough that the pause below lands mid-training even on a fast, quiet machine (at 600
+    # batches the trial sometimes finished before the pause arrived).
+    config["searcher"]["max_length"] = {"batches": 2400}
+    config["min_validation_period"] = {"batches": 400}
+    config["min_checkpoint_period"] = {"batches": 400}
     exp_id = _submit(cluster, config, DIGITS)
     tid = cluster.experiment(exp_id)["trials"][0]["id"]
     cluster.wait_trial(tid, lambda t: t["steps_completed"] >= 150, 300, what="150 batches")
