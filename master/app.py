@@ -25,14 +25,22 @@ from master.errors import register_error_handlers
 log = logging.getLogger("detlab.master")
 
 
+DB_POOL_MAX = 48  # connections per master, request threads and background jobs together
+
+
 def _engine_options(url: str, threads: int) -> dict:
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 30, "check_same_thread": False}}
     # pre_ping replaces connections a database restart killed; connect_timeout keeps a request
     # from hanging on an unreachable database (it answers 503 instead, master/errors.py).
+    # The pool stays well inside PostgreSQL's default max_connections (100): a pool sized to the
+    # request threads (128) asked for more than the server allows under 200 clients, and every
+    # refused connection became a 503. Threads beyond the pool wait for a connection instead.
+    size = min(threads, DB_POOL_MAX)
     return {
-        "pool_size": 16,
-        "max_overflow": max(16, threads),
+        "pool_size": min(16, size),
+        "max_overflow": max(0, size - 16),
+        "pool_timeout": 60,
         "pool_pre_ping": True,
         "connect_args": {"connect_timeout": 5},
     }
