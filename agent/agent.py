@@ -129,8 +129,14 @@ class Agent:
         )
 
     def _poll(self, wait: float, deadline: float | None = None) -> PollReply:
-        body = self.payload(wait)
-        raw = self.client.poll(body.to_json(), deadline=deadline)
+        sent: list[PollRequest] = []
+
+        def build() -> dict[str, Any]:  # anew for every attempt (see AgentClient.poll)
+            sent.append(self.payload(wait))
+            return sent[-1].to_json()
+
+        raw = self.client.poll(build, deadline=deadline)
+        body = sent[-1]  # what the master answered
         self.polls += 1
         # The master has now seen these exits: the agent may let go of them.
         for alloc in body.allocations:

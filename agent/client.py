@@ -80,14 +80,27 @@ class AgentClient:
     def master_url(self) -> str:
         return self.session.master
 
-    def poll(self, payload: dict[str, Any], *, deadline: float | None = None) -> dict[str, Any]:
-        """POST /agents/{id}/poll; returns the reply ({"actions": [...], "poll_interval": s})."""
-        timeout = float(payload.get("wait") or 0) + POLL_SLACK_S
-        reply = self._retry(
-            "poll",
-            lambda: self.session.post(f"{self._base}/poll", json=payload, timeout=timeout),
-            deadline,
-        )
+    def poll(
+        self,
+        payload: dict[str, Any] | Callable[[], dict[str, Any]],
+        *,
+        deadline: float | None = None,
+    ) -> dict[str, Any]:
+        """POST /agents/{id}/poll; returns the reply ({"actions": [...], "poll_interval": s}).
+
+        Given a function, each attempt sends what it builds then: a poll retried across a master
+        outage must say what the agent runs *now*. A body built before an allocation started,
+        re-sent to a restarted master that knows the allocation RUNNING, would read as "the
+        agent no longer runs it" and cost its trial a restart.
+        """
+        build = payload if callable(payload) else (lambda: payload)
+
+        def attempt() -> Any:
+            body = build()
+            timeout = float(body.get("wait") or 0) + POLL_SLACK_S
+            return self.session.post(f"{self._base}/poll", json=body, timeout=timeout)
+
+        reply = self._retry("poll", attempt, deadline)
         return reply if isinstance(reply, dict) else {}
 
     def interruption(self, notice: str) -> dict[str, Any]:

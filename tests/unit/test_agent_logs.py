@@ -273,3 +273,34 @@ def test_api_path() -> None:
         "/experiments/3/model_def?x=1"
     )
     assert api_path("/experiments/3/model_def") == "/experiments/3/model_def"
+
+
+def test_a_poll_retried_across_an_outage_says_what_runs_now() -> None:
+    """The body is built anew for each attempt: one built before an allocation started, re-sent
+    to a restarted master that knows the allocation RUNNING, would read as "the agent no longer
+    runs it" and cost its trial a restart (seen in the master kill -9 drill)."""
+    port = _free_port()
+    client = AgentClient(Session(f"http://127.0.0.1:{port}", "tok"), "a")
+    builds: list[int] = []
+    up: dict[str, Any] = {}
+
+    def build() -> dict[str, Any]:
+        builds.append(len(builds) + 1)
+        return {"wait": 0, "allocations": [f"built-{builds[-1]}"]}
+
+    def master_comes_back() -> None:  # nothing listens until two attempts have failed
+        while len(builds) < 2:
+            time.sleep(0.02)
+        srv: Any = ThreadingHTTPServer(("127.0.0.1", port), _Recorder)
+        srv.received, srv.requests = [], 0
+        up["srv"] = srv
+        srv.serve_forever()
+
+    threading.Thread(target=master_comes_back, daemon=True).start()
+    client.poll(build, deadline=time.monotonic() + 60)
+    srv = up["srv"]
+    srv.shutdown()
+    srv.server_close()
+    (path, body) = srv.received[-1]
+    assert path.endswith("/poll") and len(builds) >= 3
+    assert body["allocations"] == [f"built-{builds[-1]}"], "the retry re-sent a stale body"
