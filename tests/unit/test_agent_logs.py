@@ -286,21 +286,17 @@ def test_a_poll_retried_across_an_outage_says_what_runs_now() -> None:
 
     def build() -> dict[str, Any]:
         builds.append(len(builds) + 1)
+        if len(builds) == 3:  # the master comes back only after two attempts have failed
+            srv: Any = ThreadingHTTPServer(("127.0.0.1", port), _Recorder)  # listens from here
+            srv.received, srv.requests = [], 0
+            up["srv"] = srv
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
         return {"wait": 0, "allocations": [f"built-{builds[-1]}"]}
 
-    def master_comes_back() -> None:  # nothing listens until two attempts have failed
-        while len(builds) < 2:
-            time.sleep(0.02)
-        srv: Any = ThreadingHTTPServer(("127.0.0.1", port), _Recorder)
-        srv.received, srv.requests = [], 0
-        up["srv"] = srv
-        srv.serve_forever()
-
-    threading.Thread(target=master_comes_back, daemon=True).start()
     client.poll(build, deadline=time.monotonic() + 60)
     srv = up["srv"]
     srv.shutdown()
     srv.server_close()
     (path, body) = srv.received[-1]
-    assert path.endswith("/poll") and len(builds) >= 3
+    assert path.endswith("/poll") and len(builds) == 3
     assert body["allocations"] == [f"built-{builds[-1]}"], "the retry re-sent a stale body"
