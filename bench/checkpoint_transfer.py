@@ -22,6 +22,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -95,7 +96,9 @@ def _timed(fn) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - t
 
 
-def _transfer_case(endpoint: str, bucket: str, src: Path, tmp: Path, label: str) -> dict:
+def _transfer_case(
+    endpoint: str, bucket: str, src: Path, tmp: Path, label: str, det_first: bool = False
+) -> dict:
     from harness.storage.s3 import S3StorageManager
 
     files = sorted(p for p in src.iterdir())
@@ -120,17 +123,27 @@ def _transfer_case(endpoint: str, bucket: str, src: Path, tmp: Path, label: str)
         for p in files:
             base.download_file(bucket, f"base/{uuid}/{p.name}", str(out / p.name))
 
-    # Alternate the two sides so neither always runs on a warmer server.
-    t_base_up = _timed(base_up)
-    t_det_up = _timed(det_up)
-    t_det_down = _timed(det_down)
-    t_base_down = _timed(base_down)
+    # Alternate the two sides so neither always runs on a warmer server (and, across rounds,
+    # neither always goes first).
+    if det_first:
+        t_det_up = _timed(det_up)
+        t_base_up = _timed(base_up)
+        t_base_down = _timed(base_down)
+        t_det_down = _timed(det_down)
+    else:
+        t_base_up = _timed(base_up)
+        t_det_up = _timed(det_up)
+        t_det_down = _timed(det_down)
+        t_base_down = _timed(base_down)
     got = sorted((tmp / f"det-{label}").iterdir())
     assert [p.name for p in got] == [p.name for p in files], "detlab download is incomplete"
     assert sum(p.stat().st_size for p in got) == total
     shutil.rmtree(tmp / f"det-{label}")
     shutil.rmtree(tmp / f"base-{label}")
     det.delete(uuid)
+    keys = [{"Key": f"base/{uuid}/{p.name}"} for p in files]
+    for i in range(0, len(keys), 1000):
+        base.delete_objects(Bucket=bucket, Delete={"Objects": keys[i : i + 1000], "Quiet": True})
     mbs = total / MiB
     return {
         "bytes": total,
@@ -140,6 +153,20 @@ def _transfer_case(endpoint: str, bucket: str, src: Path, tmp: Path, label: str)
         "det_down_mbs": mbs / t_det_down,
         "base_down_mbs": mbs / t_base_down,
     }
+
+
+def _paired(cases: list[dict]) -> dict:
+    """Medians of each side's throughput and, per direction, the mean of the rounds' ratios
+    (detlab / boto3, each round's two sides measured back to back) with its standard error."""
+    out: dict = {}
+    for key in ("det_up_mbs", "base_up_mbs", "det_down_mbs", "base_down_mbs"):
+        out[key] = statistics.median(c[key] for c in cases)
+    for d in ("up", "down"):
+        ratios = [c[f"det_{d}_mbs"] / c[f"base_{d}_mbs"] for c in cases]
+        out[f"{d}_ratio"] = statistics.fmean(ratios)
+        se = statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else float("nan")
+        out[f"{d}_ratio_se"] = se
+    return out
 
 
 def _gc_planning(n: int = 10_000, trials: int = 100, repeats: int = 5) -> dict:
@@ -294,6 +321,7 @@ def run(
     small_count: int = 1000,
     small_kb: int = 1024,
     gc_deletes: int = 300,
+    rounds: int = 3,
     docs: bool = True,
 ) -> bool:
     planning = _gc_planning()  # before the S3 server starts: nothing else runs
@@ -304,10 +332,16 @@ def run(
         bucket = "bench"
         _baseline_client(endpoint).create_bucket(Bucket=bucket)
         _write_files(tmp / "big", 1, big_mb * MiB)
-        big = _transfer_case(endpoint, bucket, tmp / "big", tmp, "big")
+        bigs = [
+            _transfer_case(endpoint, bucket, tmp / "big", tmp, "big", det_first=r % 2 == 1)
+            for r in range(rounds)
+        ]
         shutil.rmtree(tmp / "big")
         _write_files(tmp / "small", small_count, small_kb * 1024)
-        small = _transfer_case(endpoint, bucket, tmp / "small", tmp, "small")
+        smalls = [
+            _transfer_case(endpoint, bucket, tmp / "small", tmp, "small", det_first=r % 2 == 1)
+            for r in range(rounds)
+        ]
         shutil.rmtree(tmp / "small")
         deletion = _gc_deletion(endpoint, bucket, gc_deletes)
     finally:
@@ -315,8 +349,10 @@ def run(
         proc.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
 
+    big, small = _paired(bigs), _paired(smalls)
+
     def ratio(c: dict, d: str) -> float:
-        return c[f"det_{d}_mbs"] / c[f"base_{d}_mbs"]
+        return float(c[f"{d}_ratio"])
 
     rows: list[Row] = []
     for label, c, target in (
@@ -326,9 +362,9 @@ def run(
         for d, word in (("up", "upload"), ("down", "download")):
             rows.append(
                 (
-                    f"{label} {word}: detlab / boto3 default",
-                    f"{c[f'det_{d}_mbs']:.0f} / {c[f'base_{d}_mbs']:.0f} MiB/s "
-                    f"= {ratio(c, d):.2f}x",
+                    f"{label} {word}: detlab / boto3 default (medians; paired ratio)",
+                    f"{c[f'det_{d}_mbs']:.0f} / {c[f'base_{d}_mbs']:.0f} MiB/s, "
+                    f"{ratio(c, d):.2f}x +- {c[f'{d}_ratio_se']:.2f}",
                     target,
                 )
             )
@@ -366,7 +402,9 @@ def run(
         "S3 checkpoint transfers against moto's server on loopback, detlab's `S3StorageManager` "
         "(one transfer manager per checkpoint, 16 in flight, 16 MiB parts) vs boto3's "
         "`upload_file`/`download_file` with default settings, one call per file, same files, "
-        f"same run; sizes: 1 x {big_mb} MiB and {small_count} x {small_kb} KiB"
+        f"same run, {rounds} rounds per size (the side that goes first alternates; the ratio "
+        f"is the mean of the rounds' ratios +- its standard error); sizes: 1 x {big_mb} MiB "
+        f"and {small_count} x {small_kb} KiB"
         + (" (reduced: the machine is shared)" if big_mb < 1024 or small_count < 1000 else "")
         + f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end"
         + ". GC: the pure keep rule over 10,000 checkpoints of 100 trials (policy 5/1/1), and "
@@ -380,6 +418,8 @@ def run(
         {
             "big": big,
             "small": small,
+            "big_rounds": bigs,
+            "small_rounds": smalls,
             "planning": planning,
             "planning_db": planning_db,
             "deletion": deletion,
@@ -417,6 +457,7 @@ if __name__ == "__main__":
     p.add_argument("--small-count", type=int, default=FULL["small_count"])
     p.add_argument("--small-kb", type=int, default=FULL["small_kb"])
     p.add_argument("--gc-deletes", type=int, default=FULL["gc_deletes"])
+    p.add_argument("--rounds", type=int, default=3, help="transfer rounds per size (paired)")
     p.add_argument(
         "--full",
         action="store_true",
@@ -437,4 +478,4 @@ if __name__ == "__main__":
             "gc_deletes": a.gc_deletes,
         }
     )
-    sys.exit(0 if run(**sizes, docs=a.docs) else 1)
+    sys.exit(0 if run(**sizes, rounds=a.rounds, docs=a.docs) else 1)

@@ -63,7 +63,11 @@ def main() -> int:
         trial_overhead.NAME: lambda a: trial_overhead.run(n=a.trials, ray=a.ray, docs=a.docs),
         scheduler_pass.NAME: lambda a: scheduler_pass.run(passes=a.passes, docs=a.docs),
         checkpoint_transfer.NAME: lambda a: checkpoint_transfer.run(
-            big_mb=a.big_mb, small_count=a.small_count, small_kb=a.small_kb, docs=a.docs
+            big_mb=a.big_mb,
+            small_count=a.small_count,
+            small_kb=a.small_kb,
+            rounds=a.rounds,
+            docs=a.docs,
         ),
         web_pages.NAME: lambda a: web_pages.run(mlflow=a.mlflow, docs=a.docs),
         provisioner_decision.NAME: lambda a: provisioner_decision.run(passes=a.passes, docs=a.docs),
@@ -126,6 +130,7 @@ def main() -> int:
     parser.add_argument("--big-mb", type=int, default=1024, help="checkpoint_transfer: big file")
     parser.add_argument("--small-count", type=int, default=1000, help="checkpoint_transfer")
     parser.add_argument("--small-kb", type=int, default=1024, help="checkpoint_transfer")
+    parser.add_argument("--rounds", type=int, default=3, help="checkpoint_transfer: paired rounds")
     parser.add_argument(
         "--reuse-venv", metavar="PATH", help="quickstart_time: link this venv, skip the install"
     )
