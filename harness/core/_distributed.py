@@ -6,6 +6,7 @@ from `DistributedContext.from_torch_distributed()` (torch imported only there).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from typing import Any, Protocol
@@ -63,6 +64,7 @@ class DistributedContext:
         self.chief_ip = chief_ip
         self._backend = backend
         self._owns_process_group = owns_process_group
+        self._closed = False
 
     # Determined offers getters as well as attributes.
     def get_rank(self) -> int:
@@ -121,18 +123,21 @@ class DistributedContext:
         return self.allgather_local(obj)[0]
 
     def close(self, wait_for_peers: bool = True) -> None:
-        """Tear down the process group if this context created it.
+        """Let the workers leave together, and never leave a gloo group to interpreter exit.
 
-        A gloo group left to the interpreter's exit can abort the process ("terminate called
-        without an active exception") while its C++ threads are destroyed, so the worker that
-        built it destroys it explicitly. So can a rank that destroys its group while a peer is
-        still using its end (rank 0 storing the last checkpoint, say): ranks first meet at a
-        barrier, bounded by the group's timeout, unless the worker is failing and its peers may
-        be gone (`wait_for_peers=False`). A group the script created is the script's to destroy.
+        A gloo group still alive when the interpreter finalizes can abort the process
+        ("terminate called without an active exception") while its C++ threads are destroyed;
+        so can a rank that tears down while a peer still uses its end (rank 0 storing the last
+        checkpoint, say). So ranks first meet at a barrier, bounded by the group's timeout,
+        unless the worker is failing and its peers may be gone (`wait_for_peers=False`). The
+        worker that built the group destroys it now. A group the script created (Determined's
+        distributed tutorial calls `init_process_group` itself and never destroys it) stays
+        usable after the context; it is destroyed at exit, before finalization, if the script
+        has not done so.
         """
-        if not self._owns_process_group:
+        if self._closed or not isinstance(self._backend, _TorchBackend):
             return
-        self._owns_process_group = False
+        self._closed = True  # a second close neither waits nor destroys
         import torch.distributed as dist
 
         if not dist.is_initialized():
@@ -142,7 +147,11 @@ class DistributedContext:
                 dist.barrier()
             except Exception as e:  # noqa: BLE001 - tearing down anyway
                 logger.warning("peers did not reach the end of training together: %s", e)
-        dist.destroy_process_group()
+        if self._owns_process_group:
+            self._owns_process_group = False
+            dist.destroy_process_group()
+        else:
+            atexit.register(_destroy_default_group)
 
     @classmethod
     def from_torch_distributed(
@@ -176,6 +185,13 @@ class DistributedContext:
             backend=_TorchBackend(rank, size),
             owns_process_group=owns_process_group,
         )
+
+
+def _destroy_default_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class _TorchBackend:

@@ -57,3 +57,58 @@ def test_from_torch_distributed_single_process(tmp_path: Path) -> None:
         assert d.gather(5) == [5]
     finally:
         dist.destroy_process_group()
+
+
+_WORKER = """
+import sys, time
+import torch.distributed as dist
+from harness.core import DistributedContext
+
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+d = DistributedContext.from_torch_distributed()  # the script's group, as in Determined's tutorial
+if rank == 0:
+    time.sleep(1.0)  # the chief still storing its last checkpoint
+print("close", time.monotonic(), flush=True)
+d.close()
+print("closed", time.monotonic(), flush=True)
+print("after", d.allgather(rank), flush=True)  # the script's group outlives the context
+d.close()  # idempotent
+"""
+
+
+def test_script_created_group_ranks_leave_together_and_group_outlives_context(
+    tmp_path: Path,
+) -> None:
+    """Determined's distributed tutorial never destroys its group: the ranks meet at close (a
+    rank leaving while the chief still works could abort with "terminate called without an
+    active exception"), the group stays usable, and it is destroyed at exit: both exit 0."""
+    pytest.importorskip("torch.distributed")
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    root = Path(__file__).resolve().parents[2]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(tmp_path / "store")],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        assert "terminate called" not in err
+    times = [
+        {w.split()[0]: float(w.split()[1]) for w in out.splitlines() if w.startswith("close")}
+        for out, _ in outs
+    ]
+    # rank 1 asked to close at once but left only when the chief arrived
+    assert times[1]["closed"] >= times[0]["close"]
+    assert times[1]["closed"] - times[1]["close"] > 0.5
+    assert all("after [0, 1]" in out for out, _ in outs)
