@@ -66,7 +66,7 @@ def main() -> int:
             big_mb=a.big_mb,
             small_count=a.small_count,
             small_kb=a.small_kb,
-            rounds=a.rounds,
+            rounds=a.transfer_rounds,
             docs=a.docs,
         ),
         web_pages.NAME: lambda a: web_pages.run(mlflow=a.mlflow, docs=a.docs),
@@ -130,7 +130,9 @@ def main() -> int:
     parser.add_argument("--big-mb", type=int, default=1024, help="checkpoint_transfer: big file")
     parser.add_argument("--small-count", type=int, default=1000, help="checkpoint_transfer")
     parser.add_argument("--small-kb", type=int, default=1024, help="checkpoint_transfer")
-    parser.add_argument("--rounds", type=int, default=3, help="checkpoint_transfer: paired rounds")
+    parser.add_argument(
+        "--transfer-rounds", type=int, default=3, help="checkpoint_transfer: paired rounds"
+    )
     parser.add_argument(
         "--reuse-venv", metavar="PATH", help="quickstart_time: link this venv, skip the install"
     )
