@@ -7,6 +7,7 @@ MLflow's background logging; timed until every batch is acknowledged).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from bench._cluster import RESULTS, database, free_port, spawn, stop, wait_for
 BENCH = Path(__file__).resolve().parent
 VENV = BENCH / ".venv-mlflow"
 CLIENT = BENCH / "_mlflow_client.py"
+ASYNC_THREADS = 2  # batches in flight per MLflow client process in async mode
 PACKAGES = ["mlflow>=2.10", "psycopg2-binary>=2.9"]
 
 
@@ -92,11 +94,19 @@ def run(procs: int, reports: int, deadline_s: float, mode: str = "sync") -> dict
                 tail = setup.stderr.strip().splitlines()[-5:]
                 raise RuntimeError("MLflow setup failed: " + " | ".join(tail))
             exp_id = setup.stdout.strip()
+            # MLflow's async logging sends up to 10 batches at once per process (its default
+            # thread pool): 16 processes then hold 160 requests against the server's 4 workers x
+            # 15 database connections, and batches fail after 30 s waiting for a connection. Two
+            # in flight per process keeps every batch within the server's pool (detlab's shipper
+            # has one in flight per trial).
+            client_env = {**os.environ, "MLFLOW_ASYNC_LOGGING_THREADPOOL_SIZE": str(ASYNC_THREADS)}
             for i in range(procs):
                 args = [exp_id, str(reports), str(barrier), str(deadline_s), str(i), mode]
                 clients.append(
                     spawn(
-                        [str(python), str(CLIENT), "report", url, *args], logs / f"client-{i}.log"
+                        [str(python), str(CLIENT), "report", url, *args],
+                        logs / f"client-{i}.log",
+                        env=client_env,
                     )
                 )
             wait_for(

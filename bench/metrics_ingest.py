@@ -138,8 +138,9 @@ def run(
         f"values as fast as they can, with the same {deadline_s:.0f} s deadline on every side "
         "(detlab: real trials through the Core API, process runtime, master on PostgreSQL; "
         f"{version}: `mlflow server` on PostgreSQL, `MlflowClient.log_batch` with 1000 values "
-        "per call, synchronous and asynchronous (`synchronous=False`, timed until every batch "
-        "is acknowledged)). A report = one step's 4 values; throughput counts the rows found in "
+        "per call, synchronous and asynchronous (`synchronous=False`, 2 batches in flight per "
+        "process so the server's database pool holds them all, timed until every batch is "
+        "acknowledged)). A report = one step's 4 values; throughput counts the rows found in "
         "the database afterwards. The ratios are the headline: the absolute rates depend on the "
         "CPU."
     )
