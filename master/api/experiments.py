@@ -11,11 +11,11 @@ from master.auth import principal, require_user
 from master.db import db
 from master.errors import BadRequest, Forbidden, NotFound
 from master.models import Experiment
+from master.services import experiment_list, model_defs
 from master.services import experiments as svc
-from master.services import model_defs
+from master.services.experiment_list import check_states
 from master.services.kicker import request_schedule
 from master.services.trials import trial_json, trials_of
-from master.states import State
 
 bp = Blueprint("experiments", __name__)
 
@@ -64,20 +64,26 @@ def preview_search() -> ResponseReturnValue:
 @bp.get("/experiments")
 def list_experiments() -> ResponseReturnValue:
     require_user()
-    states = None
+    states: tuple[str, ...] = ()
     if state := str_arg("state"):
-        names = [s.strip().upper() for s in state.split(",")]
-        bad = [s for s in names if s not in State.__members__]
-        if bad:
-            raise BadRequest(f"unknown state {bad[0]!r}", path="state")
-        states = [State(s) for s in names]
-    rows, total = svc.list_experiments(
-        states=states,
-        owner=str_arg("user") or None,
-        limit=int_arg("limit", 100, 1, 10000),
-        offset=int_arg("offset", 0),
+        states = check_states(state.split(","))
+    page = experiment_list.list_experiments(
+        experiment_list.ExperimentQuery(
+            states=states,
+            owner=str_arg("user") or None,
+            limit=int_arg("limit", 100, 1, 10000),
+            offset=int_arg("offset", 0),
+        )
     )
-    return jsonify({"experiments": [svc.experiment_json(e) for e in rows], "total": total})
+    return jsonify(
+        {
+            "experiments": [
+                svc.experiment_json(e, num_trials=page.trial_counts.get(e.id, 0))
+                for e in page.experiments
+            ],
+            "total": page.total,
+        }
+    )
 
 
 @bp.get("/experiments/<int:exp_id>")

@@ -7,14 +7,13 @@ from typing import IO, Any
 
 from flask import current_app
 from sqlalchemy import func, inspect, select
-from sqlalchemy.orm import selectinload
 
 from detlab.entrypoint import missing_file_message, tar_names
 from detlab.expconf import ConfigError, load_yaml, validate_experiment_config, warnings_for
 from master.context import state_lock
 from master.db import db
 from master.errors import BadRequest, NotFound, TooLarge
-from master.models import Allocation, Experiment, Trial, User
+from master.models import Allocation, Experiment, Trial
 from master.notify import agent_key, hub
 from master.searcher.model import unavailable as model_unavailable
 from master.services import model_defs
@@ -192,22 +191,6 @@ def rung_lengths(exp: Experiment) -> list[int]:
         return []
 
 
-def list_experiments(
-    *, states: list[State] | None, owner: str | None, limit: int, offset: int
-) -> tuple[list[Experiment], int]:
-    """A page of experiments, newest first, with the total that match."""
-    q = select(Experiment).options(selectinload(Experiment.trials), selectinload(Experiment.owner))
-    count = select(func.count(Experiment.id))
-    if states:
-        q = q.where(Experiment.state.in_(states))
-        count = count.where(Experiment.state.in_(states))
-    if owner:
-        q = q.join(User, Experiment.owner_id == User.id).where(User.username == owner)
-        count = count.join(User, Experiment.owner_id == User.id).where(User.username == owner)
-    rows = db.session.execute(q.order_by(Experiment.id.desc()).limit(limit).offset(offset))
-    return list(rows.scalars()), db.session.execute(count).scalar_one()
-
-
 def pause(exp_id: int) -> Experiment:
     with state_lock():
         exp = get_experiment(exp_id)
@@ -321,7 +304,8 @@ def _num_trials(exp: Experiment) -> int:
     return db.session.scalar(select(func.count(Trial.id)).where(Trial.experiment_id == exp.id)) or 0
 
 
-def experiment_json(exp: Experiment) -> dict:
+def experiment_json(exp: Experiment, *, num_trials: int | None = None) -> dict:
+    """The experiment as the REST API shows it; `num_trials` when the caller counted already."""
     from master.ckpt.storage import redact_config
     from master.db import iso
 
@@ -334,7 +318,7 @@ def experiment_json(exp: Experiment) -> dict:
         "owner": exp.owner.username if exp.owner else None,
         "config": redact_config(exp.config),  # storage credentials masked
         "progress": exp.progress,
-        "num_trials": _num_trials(exp),
+        "num_trials": _num_trials(exp) if num_trials is None else num_trials,
         "best_trial_id": exp.best_trial_id,
         "best_validation": exp.best_validation,
         "labels": exp.labels if exp.labels is not None else exp.config.get("labels", []),

@@ -156,6 +156,11 @@ def test_full_lifecycle_metrics_checkpoint_and_completion(app: Flask, client: Fl
     alone = client.get(f"/api/v1/experiments/{exp['id']}?trials=false", headers=auth).json
     assert alone == {"experiment": d["experiment"], "rung_lengths": [100]}
     assert alone["experiment"]["num_trials"] == 1
+    # the list shows the same experiment as the description (its trials counted, not loaded)
+    listed = client.get("/api/v1/experiments?state=completed", headers=auth).json
+    assert listed["total"] == 1 and listed["experiments"] == [d["experiment"]]
+    bad = client.get("/api/v1/experiments?state=SLEEPING", headers=auth)
+    assert bad.status_code == 400 and "unknown state 'SLEEPING'" in bad.json["error"]["message"]
     t = d["trials"][0]
     assert (t["state"], t["steps_completed"], t["latest_checkpoint"]) == (
         "COMPLETED",
