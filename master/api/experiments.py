@@ -15,7 +15,7 @@ from master.services import experiment_list, model_defs
 from master.services import experiments as svc
 from master.services.experiment_list import check_states
 from master.services.kicker import request_schedule
-from master.services.trials import trial_json, trials_of
+from master.services.trials import trials_json, trials_of
 
 bp = Blueprint("experiments", __name__)
 
@@ -93,7 +93,7 @@ def describe(exp_id: int) -> ResponseReturnValue:
     body: dict = {"experiment": svc.experiment_json(exp), "rung_lengths": svc.rung_lengths(exp)}
     # `?trials=false`: the experiment alone, cheap however many trials it has (for pollers).
     if bool_arg("trials", True):
-        body["trials"] = [trial_json(t) for t in trials_of(exp_id)]
+        body["trials"] = trials_json(trials_of(exp_id))
     return jsonify(body)
 
 
@@ -101,7 +101,7 @@ def describe(exp_id: int) -> ResponseReturnValue:
 def experiment_trials(exp_id: int) -> ResponseReturnValue:
     require_user()
     svc.get_experiment(exp_id)
-    return jsonify({"trials": [trial_json(t) for t in trials_of(exp_id)]})
+    return jsonify({"trials": trials_json(trials_of(exp_id))})
 
 
 @bp.get("/experiments/<int:exp_id>/config")

@@ -28,7 +28,13 @@ from master.services.searcher import (
     update_progress,
 )
 from master.services.transitions import set_allocation_state, set_trial_state
-from master.states import AllocationState, State, is_terminal, trial_display_state
+from master.states import (
+    LIVE_ALLOCATION,
+    AllocationState,
+    State,
+    is_terminal,
+    trial_display_state,
+)
 from master.trial_exits import ExitFacts, Outcome, decide, final_state
 
 
@@ -289,6 +295,20 @@ def trial_json(trial: Trial, alloc: Allocation | None = None, *, lookup: bool = 
         "created_at": iso(trial.created_at),
         "ended_at": iso(trial.ended_at),
     }
+
+
+def trials_json(trials: list[Trial]) -> list[dict]:
+    """`trial_json` for many trials, their live allocations read in one query (not one each)."""
+    live = [t.id for t in trials if not is_terminal(t.state)]
+    allocs: dict[int, Allocation] = {}
+    if live:
+        rows = db.session.execute(
+            select(Allocation).where(
+                Allocation.trial_id.in_(live), Allocation.state.in_(LIVE_ALLOCATION)
+            )
+        ).scalars()
+        allocs = {a.trial_id: a for a in rows}
+    return [trial_json(t, allocs.get(t.id), lookup=False) for t in trials]
 
 
 def is_unmanaged(exp: Experiment) -> bool:
