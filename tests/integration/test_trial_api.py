@@ -105,7 +105,9 @@ def test_pause_and_activate_gives_the_metrics_of_an_uninterrupted_run(cluster: C
     config = digits_config(
         cluster,
         entrypoint="slow_def:SlowDigits",
-        hparams={"sleep": 0.01, "dropout": 0.3},
+        # 200 batches x 40 ms after batch 40: room for the `det experiment pause` process to
+        # start and land on a loaded machine before training ends
+        hparams={"sleep": 0.04, "dropout": 0.3},
         searcher={
             "name": "single",
             "metric": "validation_accuracy",
@@ -125,7 +127,7 @@ def test_pause_and_activate_gives_the_metrics_of_an_uninterrupted_run(cluster: C
     paused = cluster.wait_trial(
         tid, lambda t: t["state"] == "PAUSED" and t["allocation_id"] is None, timeout=60
     )
-    assert paused["latest_checkpoint"] and 40 <= paused["steps_completed"] < 240
+    assert paused["latest_checkpoint"] and 40 <= paused["steps_completed"] < 240, paused
     cluster.det("experiment", "activate", str(exp_id))
     d = cluster.wait_experiment(exp_id, {"COMPLETED", "ERROR"}, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
