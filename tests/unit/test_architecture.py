@@ -13,7 +13,13 @@ PURE_SEARCHERS = ROOT / "master/searcher"
 
 
 def _py(*dirs: str) -> list[Path]:
-    return [p for d in dirs for p in sorted((ROOT / d).rglob("*.py"))]
+    """The project's own sources: not the benchmarks' peer venvs (bench/.venv-*, git-ignored)."""
+    return [
+        p
+        for d in dirs
+        for p in sorted((ROOT / d).rglob("*.py"))
+        if not any(part.startswith(".venv") for part in p.relative_to(ROOT).parts)
+    ]
 
 
 def test_only_the_transition_writers_assign_an_entity_state() -> None:
