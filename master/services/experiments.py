@@ -298,7 +298,8 @@ def maybe_finish(exp: Experiment) -> None:
 
 
 def _num_trials(exp: Experiment) -> int:
-    """The trial count: from the loaded trials (list pages preload them), else by counting."""
+    """The trial count: from the trials when already loaded, else by counting (a list passes
+    its own counts to `experiment_json`)."""
     if "trials" not in inspect(exp).unloaded:
         return len(exp.trials)
     return db.session.scalar(select(func.count(Trial.id)).where(Trial.experiment_id == exp.id)) or 0
