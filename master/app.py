@@ -15,12 +15,13 @@ from flask import Flask
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from master.api._guard import StrictJSONProvider, check_request_text
+from master.api._guard import StrictJSONProvider, check_request_text, enforce_body_limit
 from master.auth import authenticate, load_or_create_agent_token
 from master.config import MasterConfig
-from master.context import init_master_state, master_state
+from master.context import MasterState, init_master_state, master_state
 from master.db import db
 from master.errors import register_error_handlers
+from master.request_limits import CONFIG_BYTES
 
 log = logging.getLogger("detlab.master")
 
@@ -49,18 +50,19 @@ def _engine_options(url: str, threads: int) -> dict:
 def create_app(config: MasterConfig) -> Flask:
     """Build the master's app: configuration, database binding, auth and the API."""
     from master.api import register_api
-    from master.services.allocations import after_commit
+    from master.services.task.allocations import after_commit
 
     app = Flask("master")
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    # Others may pass through (trials reach the default checkpoint storage below it), not list.
+    config.data_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
     app.config.update(
         DET=config,
         SQLALCHEMY_DATABASE_URI=config.db_url,
         SQLALCHEMY_ENGINE_OPTIONS=_engine_options(config.db_url, config.server_threads),
         MAX_CONTENT_LENGTH=config.max_model_def_bytes + 1024 * 1024,
-        # A form field (the config YAML) may be large: its own checks name what is wrong in it
-        # (werkzeug's 500 KB default answered a bare 413 that named no field).
-        MAX_FORM_MEMORY_SIZE=16 * 1024 * 1024,
+        # A form field (the config YAML) may be as large as a config sent as JSON: its own
+        # checks name what is wrong in it (werkzeug's 500 KB default named no field).
+        MAX_FORM_MEMORY_SIZE=CONFIG_BYTES,
         JSON_SORT_KEYS=False,
         AGENT_TOKEN=load_or_create_agent_token(config.data_dir),
     )
@@ -71,6 +73,7 @@ def create_app(config: MasterConfig) -> Flask:
     if not event.contains(Session, "after_commit", after_commit):
         event.listen(Session, "after_commit", after_commit)
     register_error_handlers(app)
+    app.before_request(enforce_body_limit)  # first: nothing reads a body over its limit
     app.before_request(check_request_text)  # before auth: a NUL must not reach a query
     app.before_request(authenticate)
     register_api(app)
@@ -100,20 +103,32 @@ def start_master(app: Flask) -> None:
     """
     from master.background import start_jobs
     from master.instance_lock import MasterLock
-    from master.services.kicker import Kicker
+    from master.services.queue.kicker import Kicker
 
     with app.app_context():
         state = master_state()
+    _keep_logs(state)
     lock = MasterLock(state.config.db_url)  # two schedulers on one database would double-book
-    state.master_lock = lock
+    state.lifecycle.master_lock = lock
     lock.watch(_stop_master)
     prepare_database(app)
     with app.app_context():
         _grace_for_agents()
-    state.kicker = Kicker(app)
-    state.kicker.start()
-    state.jobs = start_jobs(app, state)
-    state.kicker.kick()
+    state.scheduling.kicker = Kicker(app)
+    state.scheduling.kicker.start()
+    state.lifecycle.jobs = start_jobs(app, state)
+    state.scheduling.kicker.kick()
+
+
+def _keep_logs(state: MasterState) -> None:
+    """Keep this master's recent log records for `det master logs`."""
+    from datetime import UTC, datetime
+
+    from master.log_ring import LogRing
+
+    state.lifecycle.log_ring = LogRing()
+    state.lifecycle.started_at = datetime.now(UTC)
+    logging.getLogger().addHandler(state.lifecycle.log_ring)
 
 
 def _stop_master(why: str) -> None:

@@ -6,6 +6,7 @@ scrypt helpers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -22,7 +23,10 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from master.db import db, utcnow
 from master.errors import Forbidden, Unauthenticated
-from master.models import Allocation, AuthToken, Trial, User
+from master.models import AgentCredential, Allocation, AuthToken, Trial, User
+
+# What a per-agent credential starts with (tells it from user and allocation tokens).
+AGENT_CREDENTIAL_PREFIX = "detagent-"
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class Principal:
     trial_id: int | None = None
     experiment_id: int | None = None
     agent_id: str | None = None  # an instance's join token: good for this agent id alone
+    # A per-agent credential (agent_credentials): bound to `agent_id` for good.
+    credential: bool = False
 
 
 def hash_password(password: str) -> str:
@@ -49,8 +55,23 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def new_token(*, user_id: int | None = None, allocation_id: str | None = None) -> str:
-    """Create and store a token; the caller commits."""
+@functools.cache
+def dummy_password_hash() -> str:
+    """A hash no password matches, checked when there is no user (or an inactive one) to check
+    against: every login costs one hash, so its time does not tell who exists."""
+    return hash_password(secrets.token_urlsafe(32))
+
+
+def new_agent_credential() -> tuple[str, str]:
+    """A fresh per-agent credential and the digest the master stores of it."""
+    credential = AGENT_CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
+    return credential, _digest(credential)
+
+
+def new_token(
+    *, user_id: int | None = None, allocation_id: str | None = None, kind: str = "api"
+) -> str:
+    """Create and store a token (`kind` "web": a browser's session id); the caller commits."""
     token = secrets.token_urlsafe(32)
     ttl = current_app.config["DET"].token_ttl_hours
     db.session.add(
@@ -58,10 +79,21 @@ def new_token(*, user_id: int | None = None, allocation_id: str | None = None) -
             token_hash=_digest(token),
             user_id=user_id,
             allocation_id=allocation_id,
+            kind=kind,
             expires_at=utcnow() + timedelta(hours=ttl) if user_id is not None else None,
         )
     )
     return token
+
+
+def revoke_user_tokens(user_id: int) -> None:
+    """Revoke every API token and web session of a user; the caller commits, then evicts the
+    user from the token cache (`token_cache().evict_user`)."""
+    db.session.execute(
+        AuthToken.__table__.update()
+        .where(AuthToken.user_id == user_id, AuthToken.revoked.is_(False))
+        .values(revoked=True)
+    )
 
 
 class TokenCache:
@@ -146,14 +178,23 @@ def revoke_allocation_tokens(allocation_id: str) -> None:
 
 
 def revoke_token(token: str) -> None:
-    """Revoke one token (committed); the very next request with it is refused."""
+    """Revoke one token or web session (committed); the very next request with it is refused."""
     digest = _digest(token)
     db.session.execute(
         AuthToken.__table__.update().where(AuthToken.token_hash == digest).values(revoked=True)
     )
     db.session.commit()
     # After the commit: a request that read the row before it cannot re-cache it (generation).
-    token_cache().evict(digest)
+    for kind in KINDS:
+        token_cache().evict(_cache_key(digest, kind))
+
+
+KINDS = ("api", "web")
+
+
+def _cache_key(digest: str, kind: str) -> str:
+    # A web session id and a bearer token are cached apart: one never answers for the other.
+    return digest if kind == "api" else f"{kind}:{digest}"
 
 
 def bearer_token() -> str | None:
@@ -163,28 +204,36 @@ def bearer_token() -> str | None:
     return None
 
 
-def resolve(token: str) -> Principal:
+def resolve(token: str, kind: str = "api") -> Principal:
+    """Who a bearer token (`kind` "api") or a web session id (`kind` "web") belongs to."""
     agent_token = current_app.config["AGENT_TOKEN"]
-    if hmac.compare_digest(token.encode(), agent_token.encode()):
+    if kind == "api" and hmac.compare_digest(token.encode(), agent_token.encode()):
         return Principal(kind="agent")
     digest = _digest(token)
+    key = _cache_key(digest, kind)
     cache = token_cache()
-    cached = cache.get(digest)
+    cached = cache.get(key)
     if cached:
         return cached
     generation = cache.generation  # read before the database: see TokenCache
     row = db.session.execute(
         select(AuthToken).where(AuthToken.token_hash == digest)
     ).scalar_one_or_none()
-    if row is None and token.startswith("join-"):
-        from master.provisioner.tokens import instance_for
-
-        agent_id, why = instance_for(digest)
-        if agent_id is None:
-            raise Unauthenticated(why or "unknown join token")
-        p = Principal(kind="agent", agent_id=agent_id)
-        cache.put(digest, p, generation)
-        return p
+    if row is not None and row.kind != kind:
+        raise Unauthenticated(
+            "a web session id is not an API token; log in (det user login NAME)"
+            if row.kind == "web"
+            else "not a web session; sign in"
+        )
+    if row is None and kind == "api":
+        agent = _resolve_agent(token, digest)
+        if agent is not None:
+            cache.put(key, agent, generation)
+            return agent
+    if row is not None and row.revoked and row.user_id is not None:
+        owner = db.session.get(User, row.user_id)
+        if owner is None or not owner.active:  # say why: deactivation revoked it
+            raise Unauthenticated("user is deactivated")
     if row is None or row.revoked:
         raise Unauthenticated("invalid or expired token; log in again (det user login NAME)")
     ttl = None
@@ -214,8 +263,30 @@ def resolve(token: str) -> Principal:
             trial_id=trial.id,
             experiment_id=trial.experiment_id,
         )
-    cache.put(digest, p, generation, ttl)  # never cached past the token's expiry
+    cache.put(key, p, generation, ttl)  # never cached past the token's expiry
     return p
+
+
+def _resolve_agent(token: str, digest: str) -> Principal | None:
+    """An agent's own credential or an elastic instance's join token (None: neither kind)."""
+    if token.startswith(AGENT_CREDENTIAL_PREFIX):
+        cred = db.session.execute(
+            select(AgentCredential).where(AgentCredential.credential_hash == digest)
+        ).scalar_one_or_none()
+        if cred is None:
+            raise Unauthenticated(
+                "unknown agent credential (reset? an admin can issue a new one: "
+                "det agent reset-credential ID)"
+            )
+        return Principal(kind="agent", agent_id=cred.agent_id, credential=True)
+    if token.startswith("join-"):
+        from master.provisioner.tokens import instance_for
+
+        agent_id, why = instance_for(digest)
+        if agent_id is None:
+            raise Unauthenticated(why or "unknown join token")
+        return Principal(kind="agent", agent_id=agent_id)
+    return None
 
 
 def authenticate() -> None:
@@ -247,13 +318,27 @@ def require_admin() -> Principal:
     return p
 
 
-def require_agent(agent_id: str | None = None) -> Principal:
+def require_agent(agent_id: str | None = None, *, joining: bool = False) -> Principal:
+    """An agent acting as `agent_id`: its own credential, or a join token while the id has no
+    credential yet (`joining`: the exchange of a join token for a credential itself)."""
     p = principal()
     if p.kind != "agent":
         raise Forbidden("this route is for agents (the cluster's agent token)")
     if p.agent_id is not None and agent_id is not None and p.agent_id != agent_id:
-        raise Forbidden(f"this join token belongs to agent {p.agent_id}, not {agent_id}")
+        what = "agent credential" if p.credential else "join token"
+        raise Forbidden(f"this {what} belongs to agent {p.agent_id}, not {agent_id}")
+    if joining and p.credential:
+        raise Forbidden(f"agent {agent_id} already holds a credential: it needs no other")
+    if not p.credential and agent_id is not None and not joining and _has_credential(agent_id):
+        raise Forbidden(
+            f"agent {agent_id} has its own credential: the join token no longer acts as it "
+            f"(a lost credential: an admin runs det agent reset-credential {agent_id})"
+        )
     return p
+
+
+def _has_credential(agent_id: str) -> bool:
+    return db.session.get(AgentCredential, agent_id) is not None
 
 
 def require_trial_access(trial_id: int, *, write: bool = False) -> Principal:
@@ -283,7 +368,7 @@ def require_trial_access(trial_id: int, *, write: bool = False) -> Principal:
 
 def _writes_unmanaged(p: Principal, trial_id: int) -> bool:
     trial = db.session.get(Trial, trial_id)
-    if trial is None or not (trial.experiment.config or {}).get("unmanaged"):
+    if trial is None or not trial.experiment.conf.unmanaged:
         return False
     return p.admin or trial.experiment.owner_id == p.user_id
 

@@ -13,10 +13,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from flask import Flask
 
 from master.context import MasterState
-from master.services import heartbeats
-from master.services.agents import reap_lost_agents
-from master.services.allocations import enforce_preemption_timeouts
-from master.services.scheduling import schedule_pass
+from master.services.agent import heartbeats
+from master.services.agent.agents import reap_lost_agents
+from master.services.queue.scheduling import schedule_pass
+from master.services.task.allocations import enforce_preemption_timeouts
 
 log = logging.getLogger("detlab.jobs")
 
@@ -95,15 +95,24 @@ def start_jobs(app: Flask, state: MasterState) -> BackgroundScheduler:
             seconds=cfg.checkpoint_orphan_interval,
             id="checkpoint_orphans",
         )
+    from master.services.task.idle import reap_idle_tasks
+
+    sched.add_job(
+        _in_app(app, reap_idle_tasks), "interval", seconds=cfg.idle_check_interval, id="idle"
+    )
     if any(p.provider is not None for p in cfg.resource_pools):
         from master.db import utcnow
         from master.provisioner.service import provision_pass
 
-        state.provisioner_started = utcnow()
+        state.provisioner.started = utcnow()
         # Launches and reaping (elastic agents); one pass at a time, cloud listing included.
         sched.add_job(_in_app(app, provision_pass), "interval", seconds=1.0, id="provisioner")
+    if any(rm.type == "kubernetes" for rm in cfg.resource_managers):
+        from master.rm.k8s.manager import start_kubernetes
+
+        start_kubernetes(app)  # its watches run from the start: pods of live allocations too
     stats = TickStats()
     sched.add_listener(stats.record, EVENT_JOB_SUBMITTED)
-    state.tick_stats = stats
+    state.lifecycle.tick_stats = stats
     sched.start()
     return sched

@@ -10,14 +10,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Flask, current_app
 
 from master.config import MasterConfig
+from master.log_tail import LogTails
 from master.login_throttle import LoginThrottle, parse_limits
 from master.notify import Hub
-from master.services.log_tail import LogTails
+from master.proxy.activity import ActivityBook
 
 if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from master.auth import TokenCache
     from master.background import TickStats
     from master.instance_lock import MasterLock
-    from master.services.kicker import Kicker
+    from master.log_ring import LogRing
 
 EXTENSION = "detlab"
 
@@ -53,8 +54,98 @@ class Rendezvous:
             self._store.pop(alloc_id, None)
 
 
+class Kicks(Protocol):
+    """The scheduling kicker (`services/kicker.Kicker`): runs a pass soon after a change."""
+
+    def start(self) -> None: ...
+    def kick(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+@dataclass
+class SchedulingMemory:
+    """What the scheduling pass and the allocation fast paths keep between calls."""
+
+    # Why each queued task waits (task id -> reason), refreshed by every scheduling pass.
+    waiting_reasons: dict[str, str] = field(default_factory=dict)
+    # Moves whenever an allocation is created or ends (after the commit): cache invalidation.
+    allocation_generation: int = 0
+    # When each experiment's progress was last recomputed (monotonic seconds).
+    progress_at: dict[int, float] = field(default_factory=dict)
+    kicker: Kicks | None = None  # set by `master.app.start_master`
+
+
+@dataclass
+class AgentMemory:
+    """Agents' polls: the fast path's caches and the buffered heartbeats."""
+
+    # agent id -> signature of its last full sync; cleared when it is marked LOST.
+    sync: dict[str, tuple] = field(default_factory=dict)
+    # agent id -> (allocation generation, has allocations): the idle-poll fast path.
+    busy: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    # Buffered agent heartbeats: agent id -> (last seen, slot stats).
+    heartbeat_lock: threading.Lock = field(default_factory=threading.Lock)
+    heartbeats: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
+
+
+@dataclass
+class LogMemory:
+    # Serialises log inserts so sequence numbers (row ids) become visible in order.
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Followed trials' newest log lines, shared by their followers (master/log_tail.py).
+    tails: LogTails = field(default_factory=LogTails)
+    # allocation id -> (trial id or None, task id, the agents it has containers on): log ingest.
+    allocation_owner: dict[str, tuple[int | None, str, frozenset[str]]] = field(
+        default_factory=dict
+    )
+
+
+@dataclass
+class CheckpointMemory:
+    # Checkpoint GC: one run at a time; storage backends (SDK clients) by their config.
+    gc_lock: threading.Lock = field(default_factory=threading.Lock)
+    storage_backends_lock: threading.Lock = field(default_factory=threading.Lock)
+    storage_backends: dict[str, Any] = field(default_factory=dict)
+    # Unfinished S3 multipart uploads (upload id -> when first seen), for the orphan sweep.
+    upload_first_seen: dict[str, datetime] = field(default_factory=dict)
+    # Set when checkpoint deletions wait for an agent (storage only agents reach).
+    agent_work: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class ProvisionerMemory:
+    # Elastic pools: a provider adapter per pool, and when the provisioner started.
+    providers: dict[str, Any] = field(default_factory=dict)
+    started: datetime | None = None
+
+
+@dataclass
+class Lifecycle:
+    """Set by `master.app.start_master`; None in an app that only serves requests (tests)."""
+
+    master_lock: MasterLock | None = None
+    jobs: BackgroundScheduler | None = None
+    tick_stats: TickStats | None = None
+    # The master's recent log records (`det master logs`) and when it started.
+    log_ring: LogRing | None = None
+    started_at: datetime | None = None
+
+
+@dataclass
+class ProxyMemory:
+    """The proxy to interactive tasks (master/proxy): its port once listening (det-master starts
+    it beside waitress) and when each task was last used through it."""
+
+    port: int | None = None
+    activity: ActivityBook = field(default_factory=ActivityBook)
+    # Notebooks' idle bookkeeping (services/task/idle.py): task id -> when it was last seen busy.
+    last_busy: dict[str, float] = field(default_factory=dict)
+
+
 @dataclass
 class MasterState:
+    """Split by concern: what every request may need at the top, each subsystem's own below."""
+
     config: MasterConfig
     tokens: TokenCache
     # Failed logins per username and address (only failures count; see master/login_throttle).
@@ -63,43 +154,15 @@ class MasterState:
     # own transaction: one master owns the cluster's state, so one lock keeps transitions free of
     # races on SQLite and PostgreSQL alike. The hot paths (metrics, logs) do not take it.
     state_lock: threading.RLock = field(default_factory=threading.RLock)
-    # Serialises log inserts so sequence numbers (row ids) become visible in order.
-    log_write_lock: threading.Lock = field(default_factory=threading.Lock)
     hub: Hub = field(default_factory=Hub)
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
-    # Why each queued trial waits (trial id -> reason), refreshed by every scheduling pass.
-    waiting_reasons: dict[int, str] = field(default_factory=dict)
-    # When each experiment's progress was last recomputed (monotonic seconds).
-    progress_at: dict[int, float] = field(default_factory=dict)
-    # agent id -> signature of its last full sync; cleared when it is marked LOST.
-    agent_sync: dict[str, tuple] = field(default_factory=dict)
-    # agent id -> (allocation generation, has allocations): the idle-poll fast path.
-    agent_busy: dict[str, tuple[int, bool]] = field(default_factory=dict)
-    # Moves whenever an allocation is created or ends (after the commit): cache invalidation.
-    allocation_generation: int = 0
-    # allocation id -> (trial id, the agents it has containers on), for log ingest.
-    allocation_trial: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
-    # Followed trials' newest log lines, shared by their followers (services/log_tails.py).
-    log_tails: LogTails = field(default_factory=LogTails)
-    # Buffered agent heartbeats: agent id -> (last seen, slot stats).
-    heartbeat_lock: threading.Lock = field(default_factory=threading.Lock)
-    heartbeats: dict[str, tuple[datetime, dict[str, Any]]] = field(default_factory=dict)
-    # Checkpoint GC: one run at a time; storage backends (SDK clients) by their config.
-    checkpoint_gc_lock: threading.Lock = field(default_factory=threading.Lock)
-    storage_backends_lock: threading.Lock = field(default_factory=threading.Lock)
-    storage_backends: dict[str, Any] = field(default_factory=dict)
-    # Unfinished S3 multipart uploads (upload id -> when first seen), for the orphan sweep.
-    upload_first_seen: dict[str, datetime] = field(default_factory=dict)
-    # Set when checkpoint deletions wait for an agent (storage only agents reach).
-    checkpoint_agent_work: threading.Event = field(default_factory=threading.Event)
-    # Elastic pools: a provider adapter per pool, and when the provisioner started.
-    providers: dict[str, Any] = field(default_factory=dict)
-    provisioner_started: datetime | None = None
-    # Set by `master.app.start_master`; None in an app that only serves requests (tests).
-    master_lock: MasterLock | None = None
-    kicker: Kicker | None = None
-    jobs: BackgroundScheduler | None = None
-    tick_stats: TickStats | None = None
+    scheduling: SchedulingMemory = field(default_factory=SchedulingMemory)
+    agents: AgentMemory = field(default_factory=AgentMemory)
+    logs: LogMemory = field(default_factory=LogMemory)
+    checkpoints: CheckpointMemory = field(default_factory=CheckpointMemory)
+    provisioner: ProvisionerMemory = field(default_factory=ProvisionerMemory)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    proxy: ProxyMemory = field(default_factory=ProxyMemory)
 
 
 def init_master_state(app: Flask, config: MasterConfig) -> MasterState:

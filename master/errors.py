@@ -141,9 +141,36 @@ def register_error_handlers(app: Flask) -> None:
     def _internal(e: Exception) -> Response:
         if database_unavailable(e):
             return _database_away(e)
+        refused = _database_refused(e)
+        if refused is not None:
+            return refused
         log.exception("unhandled error")
         # The text of an unexpected error may hold SQL or paths: it goes to the master's log.
         return _body(500, "internal", f"internal error ({type(e).__name__}; see the master's log)")
+
+
+def _database_refused(e: BaseException) -> Response | None:
+    """A value the database would not store (too long, out of range, a constraint): the
+    request's fault, so a 4xx, but the database's words (SQL, columns, COPY lines) stay in
+    the log. Routes check their fields first; this is the net under them."""
+    import sqlalchemy.exc as sa
+
+    if not isinstance(e, sa.DataError | sa.IntegrityError):
+        return None
+    from master.db import db
+
+    try:
+        db.session.rollback()
+    except Exception:
+        log.debug("rollback after a refused write failed", exc_info=True)
+    log.warning("database refused a write: %s", str(e.orig).strip().splitlines()[0])
+    if isinstance(e, sa.IntegrityError):
+        return _body(
+            409, "conflict", "the request conflicts with stored data (nothing was changed)"
+        )
+    return _body(
+        400, "validation", "a value in the request cannot be stored (too long or out of range)"
+    )
 
 
 def _database_away(e: BaseException) -> Response:

@@ -4,6 +4,7 @@ naming the field. Used by the request gate (master/api/_guard.py) and the metric
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -23,14 +24,17 @@ def _where(path: str) -> str:
     return path or "request body"
 
 
-def check_json(value: Any, *, sanitise: bool = False, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def check_json(
+    value: Any, *, sanitise: bool = False, max_depth: int = MAX_JSON_DEPTH, path: str = ""
+) -> Any:
     """Check (or, with `sanitise`, repair the strings of) a parsed JSON document; returns it.
 
-    Iterative, so a deep document costs no recursion. Raises BadRequest naming the field.
+    Iterative, so a deep document costs no recursion. Raises BadRequest naming the field
+    (under `path`, where the document sits in its request).
     """
     if isinstance(value, str):
-        return _check_str(value, "", sanitise)
-    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+        return _check_str(value, path, sanitise)
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
     while stack:
         node, path, depth = stack.pop()
         if isinstance(node, dict):
@@ -79,3 +83,52 @@ def _check_str(value: str, path: str, sanitise: bool) -> str:
     if sanitise:
         return clean_text(value)
     raise BadRequest(f"{_where(path)} {why}", path or None)
+
+
+def path_at_depth(text: str, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """The path of the first container nested `limit` levels deep in JSON `text`, else None.
+
+    For a document too deep to parse at all (a parser's recursion gave up): a scan of the
+    text that keeps only the current key or index of each open container.
+    """
+    stack: list[list[Any]] = []  # [is_object, current key or index]
+    i, n, want_key = 0, len(text), False
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            if stack and stack[-1][0] and want_key:
+                stack[-1][1], want_key = _key_text(text[i : j + 1]), False
+            i = j + 1
+            continue
+        if c in "{[":
+            if len(stack) >= limit:
+                return _stack_path(stack)
+            stack.append([c == "{", None if c == "{" else 0])
+            want_key = c == "{"
+        elif c in "}]" and stack:
+            stack.pop()
+        elif c == "," and stack:
+            if stack[-1][0]:
+                want_key = True
+            else:
+                stack[-1][1] += 1
+        i += 1
+    return None
+
+
+def _key_text(quoted: str) -> str:
+    try:
+        key = json.loads(quoted)
+    except ValueError:
+        key = quoted.strip('"')
+    return key if isinstance(key, str) else str(key)
+
+
+def _stack_path(stack: list[list[Any]]) -> str:
+    path = ""
+    for is_object, at in stack:
+        path = _join(path, str(at)) if is_object else f"{path}[{at}]"
+    return path

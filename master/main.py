@@ -17,6 +17,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8080)")
     p.add_argument(
+        "--proxy-port", type=int, help="the notebook/shell proxy's port (default: a free one)"
+    )
+    p.add_argument(
         "--data-dir", help="data directory (default $DET_DATA_DIR or ~/.local/share/detlab)"
     )
     p.add_argument(
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             db=args.db,
             host=args.host,
             port=args.port,
+            proxy_port=args.proxy_port,
             data_dir=args.data_dir,
             agent_timeout=args.agent_timeout,
         )
@@ -50,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from master.app import create_app, start_master
     from master.instance_lock import MasterAlreadyRunning
+    from master.request_limits import largest_body
+    from master.serve import limited_channel
 
     try:
         app = create_app(cfg)
@@ -69,12 +75,20 @@ def main(argv: list[str] | None = None) -> int:
         connection_limit=4096,
         channel_timeout=120,
         ident="detlab",
+        max_request_body_size=largest_body(cfg.max_model_def_bytes),
     )
+    # Each route's body limit is enforced once the headers are in (master/request_limits.py).
+    server.channel_class = limited_channel(cfg.max_model_def_bytes)
     _accept_all_pending(server)
+    try:
+        proxy_port = _start_proxy(app, cfg.host, cfg.proxy_port)
+    except OSError as e:
+        print(f"det-master: cannot listen for the proxy on port {cfg.proxy_port}: {e}")
+        return 1
     db_kind = "SQLite" if cfg.db_url.startswith("sqlite") else "PostgreSQL"
     print(
         f"detlab master listening on http://{cfg.host}:{server.effective_port} "
-        f"({db_kind}, data dir {cfg.data_dir})",
+        f"({db_kind}, data dir {cfg.data_dir}; proxy on port {proxy_port})",
         flush=True,
     )
     try:
@@ -82,6 +96,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _start_proxy(app: Any, host: str, port: int) -> int:
+    """The proxy to notebooks and shells (master/proxy): aiohttp in its own thread, because
+    waitress (WSGI) cannot carry WebSockets; docs/architecture.md."""
+    from master.context import EXTENSION
+    from master.proxy.server import ProxyServer
+    from master.web.session import COOKIE_NAME
+
+    state = app.extensions[EXTENSION]
+    proxy = ProxyServer(app, state.proxy.activity, COOKIE_NAME)
+    state.proxy.port = proxy.start(host, port)
+    return int(state.proxy.port)
 
 
 def _accept_all_pending(server: Any) -> None:

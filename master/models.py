@@ -28,9 +28,18 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from detlab.expconf import ExperimentConfig, load_stored
 from detlab.protocol import ExitCause
 from master.db import BigIntPK, db, utcnow
-from master.states import AgentState, AllocationState, State
+from master.states import (
+    AgentState,
+    AllocationState,
+    CheckpointState,
+    InstanceState,
+    State,
+    TaskState,
+    TaskType,
+)
 
 if TYPE_CHECKING:  # mypy cannot follow Flask-SQLAlchemy's generated db.Model; it is a Base
     from master.db import Base as _DbModel
@@ -62,14 +71,39 @@ class User(_DbModel):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    # The Unix user this user's trials run as on agents (`det user link-with-agent-user`);
+    # unlinked, the master's `agent_user_group` default, else an identity the agent derives.
+    agent_uid: Mapped[int | None] = mapped_column(BigInteger)
+    agent_gid: Mapped[int | None] = mapped_column(BigInteger)
+    agent_user: Mapped[str | None] = mapped_column(String(64))
+    agent_group: Mapped[str | None] = mapped_column(String(64))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "username": self.username,
             "admin": self.admin,
             "active": self.active,
         }
+        if self.agent_uid is not None:
+            out["agent_user_group"] = {
+                "agent_uid": self.agent_uid,
+                "agent_gid": self.agent_gid,
+                "agent_user": self.agent_user,
+                "agent_group": self.agent_group,
+            }
+        return out
+
+
+class AgentCredential(_DbModel):
+    """An agent's own credential, bound to its id (issued for the cluster's join token once).
+
+    Only its sha256 is stored; the agent keeps the credential in a 0600 file of its data dir."""
+
+    __tablename__ = "agent_credentials"
+    agent_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    credential_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    issued_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
 
 
 class AuthToken(_DbModel):
@@ -83,6 +117,8 @@ class AuthToken(_DbModel):
     created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(TZ)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    # "api": a bearer token; "web": a browser's session id, never accepted as a bearer token
+    kind: Mapped[str] = mapped_column(String(8), default="api", server_default="api")
 
 
 class Agent(_DbModel):
@@ -101,6 +137,10 @@ class Agent(_DbModel):
     slot_stats: Mapped[dict | None] = mapped_column(JSONType)
     # The address the master sees the agent's polls from (a trial's container_addrs).
     address: Mapped[str | None] = mapped_column(String(256))
+    # Whose tasks it runs (detlab.protocol.TaskAcceptance), from its polls: its isolation mode
+    # and its own Unix uid. NULL: it did not say (taken as anyone's tasks).
+    isolation: Mapped[str | None] = mapped_column(String(16))
+    unix_uid: Mapped[int | None] = mapped_column(BigInteger)
     slots: Mapped[list[Slot]] = relationship(
         back_populates="agent", order_by="Slot.index", cascade="all, delete-orphan"
     )
@@ -133,8 +173,9 @@ class Experiment(_DbModel):
     owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
     config: Mapped[dict] = mapped_column(JSONType)
     original_config: Mapped[str] = mapped_column(Text)
-    # The model definition's bytes live in `model_def_chunks` (master/services/model_defs.py):
-    # no experiment query ever loads them. Both are None when it has none.
+    # The model definition's bytes live in `model_def_chunks`
+    # (master/services/experiment/model_defs.py): no experiment query ever loads them. Both are
+    # None when it has none.
     model_def_sha256: Mapped[str | None] = mapped_column(String(64))
     model_def_size: Mapped[int | None] = mapped_column(BigInteger)
     searcher_state: Mapped[dict | None] = mapped_column(JSONType)
@@ -148,12 +189,28 @@ class Experiment(_DbModel):
     best_trial_id: Mapped[int | None] = mapped_column(Integer)
     best_validation: Mapped[float | None] = mapped_column(Float)
     labels: Mapped[list | None] = mapped_column(JSONType)
+    # Archived experiments are left out of default listings (Determined's `det e archive`).
+    archived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(TZ)
     owner: Mapped[User] = relationship()
     trials: Mapped[list[Trial]] = relationship(
         back_populates="experiment", order_by="Trial.id", cascade="all, delete-orphan"
     )
+
+    @property
+    def conf(self) -> ExperimentConfig:
+        """`config` typed (detlab.expconf), built once per stored value: read this, never
+        `config.get(...)`, so no default is restated outside the schema."""
+        cached = self.__dict__.get("_conf")
+        if cached is None or cached[0] is not self.config:
+            cached = (self.config, load_stored(self.config))
+            self.__dict__["_conf"] = cached
+        return cached[1]
+
+    @conf.setter
+    def conf(self, value: ExperimentConfig) -> None:
+        self.config = value.to_json()  # reassigned, so the JSON column sees the change
 
 
 class Trial(_DbModel):
@@ -184,12 +241,48 @@ class Trial(_DbModel):
     experiment: Mapped[Experiment] = relationship(back_populates="trials")
 
 
+class Task(_DbModel):
+    """Anything the cluster runs (Determined's task): a trial, a command, later a notebook...
+
+    The scheduler schedules tasks' requests; allocations belong to tasks. A trial's task id is
+    `<experiment id>.<request id>` and a command's a UUID, as in Determined. What a command runs
+    lives in `spec`; a trial's task points at the trial, whose searcher and metrics sit on top.
+    """
+
+    __tablename__ = "tasks"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    type: Mapped[TaskType] = mapped_column(_state_column(TaskType, 16), index=True)
+    state: Mapped[TaskState] = mapped_column(_state_column(TaskState, 16), index=True)
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    trial_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), unique=True
+    )
+    name: Mapped[str] = mapped_column(String(256), default="")
+    # A command's request: pool, slots and priority (None for a trial's task: its experiment's
+    # are the one source), and whether it may be preempted (a trial always may).
+    resource_pool: Mapped[str | None] = mapped_column(String(128))
+    slots: Mapped[int | None] = mapped_column(Integer)
+    priority: Mapped[int | None] = mapped_column(Integer)
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=False)
+    # A command's entrypoint and environment; None for a trial's task.
+    spec: Mapped[dict | None] = mapped_column(JSONType)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    exit_reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(TZ)
+
+
 class Allocation(_DbModel):
-    """One attempt to run a trial: a set of slots and the process(es) on them."""
+    """One attempt to run a task: a set of slots and the process(es) on them."""
 
     __tablename__ = "allocations"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    task_id: Mapped[str] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"), index=True)
+    # The trial of a trial's task (denormalised from the task, which never changes it); None for
+    # every other task type.
+    trial_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), index=True
+    )
     agent_id: Mapped[str | None] = mapped_column(String(128), index=True)
     state: Mapped[AllocationState] = mapped_column(_state_column(AllocationState, 16), index=True)
     slot_indexes: Mapped[list] = mapped_column(JSONType, default=list)
@@ -200,6 +293,9 @@ class Allocation(_DbModel):
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     preempt_requested_at: Mapped[datetime | None] = mapped_column(TZ)
     kill_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The trial's process was last answered "no work" by the searcher-operation endpoint: it
+    # exits 0 after that, and its exit must not swallow a promotion made in the meantime.
+    out_of_work: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     exit_code: Mapped[int | None] = mapped_column(Integer)
     exit_reason: Mapped[str | None] = mapped_column(Text)
     # Why it ended when not by the trial's own exit code (the agent's report, or the master's).
@@ -207,7 +303,8 @@ class Allocation(_DbModel):
     created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(TZ)
     ended_at: Mapped[datetime | None] = mapped_column(TZ)
-    trial: Mapped[Trial] = relationship()
+    trial: Mapped[Trial | None] = relationship()
+    task: Mapped[Task] = relationship()
 
 
 class Metric(_DbModel):
@@ -222,7 +319,8 @@ class Metric(_DbModel):
     metrics: Mapped[dict] = mapped_column(JSONType)
     reported_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     # Reported past the checkpoint a later run of the trial resumed from, so re-done by it: kept
-    # for audit, hidden from series, best metrics and the searcher (master/services/supersede.py).
+    # for audit, hidden from series, best metrics and the searcher
+    # (master/services/trial/supersede.py).
     superseded: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
@@ -258,7 +356,9 @@ class Checkpoint(_DbModel):
     metadata_: Mapped[dict] = mapped_column("metadata", JSONType, default=dict)
     resources: Mapped[dict] = mapped_column(JSONType, default=dict)
     size: Mapped[int] = mapped_column(BigInteger, default=0)
-    state: Mapped[str] = mapped_column(String(16), default="ACTIVE")
+    state: Mapped[CheckpointState] = mapped_column(
+        _state_column(CheckpointState, 16), default=CheckpointState.ACTIVE
+    )
     storage: Mapped[dict] = mapped_column(JSONType, default=dict)
     reported_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     # Deletion (master/ckpt/states.py is the one writer): why the state changed, when, retries.
@@ -269,12 +369,19 @@ class Checkpoint(_DbModel):
 
 
 class TaskLog(_DbModel):
-    """One line of trial output; `id` is the sequence number clients follow with `?after=`."""
+    """One line of a task's output; `id` is the sequence number clients follow with `?after=`.
+
+    A trial's lines are found by `trial_id` (as before tasks); other tasks' by `task_id`.
+    """
 
     __tablename__ = "task_logs"
-    __table_args__ = (Index("ix_task_logs_trial_id_id", "trial_id", "id"),)
+    __table_args__ = (
+        Index("ix_task_logs_trial_id_id", "trial_id", "id"),
+        Index("ix_task_logs_task_id_id", "task_id", "id"),
+    )
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
-    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    trial_id: Mapped[int | None] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    task_id: Mapped[str | None] = mapped_column(ForeignKey("tasks.id", ondelete="CASCADE"))
     allocation_id: Mapped[str | None] = mapped_column(String(64))
     agent_id: Mapped[str | None] = mapped_column(String(128))
     timestamp: Mapped[datetime] = mapped_column(TZ, default=utcnow)
@@ -316,6 +423,9 @@ class ConfigTemplate(_DbModel):
     config: Mapped[dict] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
+    # Others read and use a template; only its owner or an admin changes or removes it.
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    owner: Mapped[User | None] = relationship(lazy="joined")
 
 
 class Model(_DbModel):
@@ -411,7 +521,7 @@ class Instance(_DbModel):
     provider: Mapped[str] = mapped_column(String(8))
     # The cloud's id (EC2 instance id, GCE instance name): also the agent's id.
     cloud_id: Mapped[str | None] = mapped_column(String(128), unique=True)
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[InstanceState] = mapped_column(_state_column(InstanceState, 16), index=True)
     state_reason: Mapped[str | None] = mapped_column(Text)
     instance_type: Mapped[str] = mapped_column(String(128))
     slots: Mapped[int] = mapped_column(Integer, default=1)

@@ -30,12 +30,6 @@ class Hub:
         with self._cond:
             return self._cond.wait_for(lambda: self._versions[key] != seen, timeout=timeout)
 
-    def wait_any(self, keys: dict[str, int], timeout: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(
-                lambda: any(self._versions[k] != v for k, v in keys.items()), timeout=timeout
-            )
-
 
 def hub() -> Hub:
     """The current master's hub (per app: two masters in one process never wake each other)."""
@@ -50,6 +44,16 @@ def agent_key(agent_id: str) -> str:
 
 def logs_key(trial_id: int) -> str:
     return f"logs:{trial_id}"
+
+
+def task_logs_key(task_id: str) -> str:
+    """A non-trial task's log lines (a trial's are `logs_key` of the trial)."""
+    return f"tasklogs:{task_id}"
+
+
+def task_key(task_id: str) -> str:
+    """A task's state (for followers of a command's log)."""
+    return f"task:{task_id}"
 
 
 def preempt_key(allocation_id: str) -> str:

@@ -12,20 +12,11 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import TypeVar
 
-from detlab.constants import TERMINAL_STATES
-
-
-class State(StrEnum):
-    """An experiment's or a trial's state."""
-
-    ACTIVE = "ACTIVE"
-    PAUSED = "PAUSED"
-    STOPPING_COMPLETED = "STOPPING_COMPLETED"
-    STOPPING_CANCELED = "STOPPING_CANCELED"
-    STOPPING_ERROR = "STOPPING_ERROR"
-    COMPLETED = "COMPLETED"
-    CANCELED = "CANCELED"
-    ERROR = "ERROR"
+# The enums clients share live in detlab/ (one definition for the master, the SDK and the CLI).
+from detlab.states import TERMINAL_STATES, TERMINAL_TASK_STATES
+from detlab.states import State as State
+from detlab.states import TaskState as TaskState
+from detlab.states import TaskType as TaskType
 
 
 class AllocationState(StrEnum):
@@ -78,7 +69,7 @@ class ContainerState(StrEnum):
     EXITED = "EXITED"
 
 
-TERMINAL = frozenset(State(s) for s in TERMINAL_STATES)
+TERMINAL = TERMINAL_STATES
 STOPPING = frozenset({State.STOPPING_COMPLETED, State.STOPPING_CANCELED, State.STOPPING_ERROR})
 STOPPING_TO_TERMINAL = {
     State.STOPPING_COMPLETED: State.COMPLETED,
@@ -123,6 +114,26 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.ERROR: frozenset(),
 }
 
+# `det experiment continue` (Determined 0.38's ContinueExperiment): the one way out of a terminal
+# state. Kept apart from TRANSITIONS so no ordinary writer can revive an ended experiment or
+# trial by mistake; only `transitions.continue_experiment_state`/`continue_trial_state` use it.
+CONTINUE_TRANSITIONS: dict[State, frozenset[State]] = {
+    State.COMPLETED: frozenset({State.ACTIVE}),
+    State.CANCELED: frozenset({State.ACTIVE}),
+    State.ERROR: frozenset({State.ACTIVE}),
+}
+
+
+def check_continue(kind: str, ident: int | str, state: State | str) -> None:
+    """IllegalTransition (HTTP 409) naming the state unless `state` may be continued."""
+    state = State(state)
+    if state not in CONTINUE_TRANSITIONS:
+        raise IllegalTransition(
+            f"{kind} {ident} is {state.value}; only COMPLETED, CANCELED or ERROR {kind}s can be "
+            "continued (wait until it ends, or pause and activate it)"
+        )
+
+
 ALLOCATION_TRANSITIONS: dict[AllocationState, frozenset[AllocationState]] = {
     AllocationState.ASSIGNED: frozenset({AllocationState.RUNNING, AllocationState.TERMINATED}),
     AllocationState.RUNNING: frozenset({AllocationState.TERMINATED}),
@@ -141,6 +152,22 @@ CHECKPOINT_TRANSITIONS: dict[CheckpointState, frozenset[CheckpointState]] = {
     CheckpointState.DELETED: frozenset(),
 }
 
+_T = TaskState
+TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    _T.ACTIVE: frozenset({_T.STOPPING, _T.COMPLETED, _T.CANCELED, _T.ERROR}),
+    _T.STOPPING: frozenset({_T.COMPLETED, _T.CANCELED, _T.ERROR}),
+    _T.COMPLETED: frozenset(),
+    _T.CANCELED: frozenset(),
+    _T.ERROR: frozenset(),
+}
+# A continued trial's task comes back with it (see CONTINUE_TRANSITIONS).
+TASK_CONTINUE_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    _T.COMPLETED: frozenset({_T.ACTIVE}),
+    _T.CANCELED: frozenset({_T.ACTIVE}),
+    _T.ERROR: frozenset({_T.ACTIVE}),
+}
+TERMINAL_TASK = TERMINAL_TASK_STATES
+
 _I = InstanceState
 INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
     _I.LAUNCHING: frozenset({_I.STARTING, _I.RUNNING, _I.TERMINATING, _I.TERMINATED, _I.FAILED}),
@@ -149,6 +176,19 @@ INSTANCE_TRANSITIONS: dict[InstanceState, frozenset[InstanceState]] = {
     _I.TERMINATING: frozenset({_I.TERMINATED}),
     _I.TERMINATED: frozenset(),
     _I.FAILED: frozenset(),
+}
+
+# The states a new row of each entity may be born in (`transitions.born` checks and records it).
+BIRTH_STATES: dict[str, frozenset[StrEnum]] = {
+    "experiment": frozenset({State.ACTIVE, State.PAUSED}),
+    "trial": frozenset({State.ACTIVE, State.PAUSED}),
+    "task": frozenset({TaskState.ACTIVE}),
+    "allocation": frozenset({AllocationState.ASSIGNED}),
+    "agent": frozenset({AgentState.ACTIVE}),
+    "checkpoint": frozenset({CheckpointState.ACTIVE}),
+    # TERMINATING: an instance found in the cloud, tagged as ours, that no row launched (an
+    # orphan): recorded only to be terminated.
+    "instance": frozenset({InstanceState.LAUNCHING, InstanceState.TERMINATING}),
 }
 
 # The user-facing actions and which states they start from.

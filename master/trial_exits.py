@@ -1,9 +1,9 @@
 """What an allocation's end means for its trial (pure: no I/O).
 
 `decide` turns the facts about one ended allocation into one `Outcome`;
-`master.services.trials.allocation_exited` gathers the facts and applies the outcome through the
-trial's state machine. Every rule of how a trial ends lives here, in order, and is tested alone
-(tests/unit/test_trial_exits.py).
+`master.services.trial.trials.allocation_exited` gathers the facts and applies the outcome
+through the trial's state machine. Every rule of how a trial ends lives here, in order, and is
+tested alone (tests/unit/test_trial_exits.py).
 """
 
 from __future__ import annotations
@@ -46,6 +46,11 @@ class ExitFacts:
     kill_requested: bool
     restarts: int  # restarts used before this exit
     max_restarts: int
+    # The process was last told the searcher had no work for it (so it exited). A promotion
+    # that raised the target after that answer, but before the exit was seen, is still owed:
+    # on Kubernetes a pod's end reaches the master late (watch, apply thread, a master
+    # restart), and reading that exit as "exited 0 before its operation" swallowed promotions.
+    out_of_work: bool = False
 
     @property
     def ok(self) -> bool:
@@ -64,7 +69,7 @@ def decide(f: ExitFacts) -> Outcome:
     if f.closing and f.trained_enough and (f.ok or f.preempt_requested):
         # Closed by the searcher (done, or stopped early and killed past the timeout).
         return Outcome.COMPLETED
-    if f.ok and f.trained_enough:
+    if f.ok and (f.trained_enough or f.out_of_work):
         if f.closing or f.experiment_completing:
             return Outcome.COMPLETED
         return Outcome.WAIT_FOR_SEARCHER

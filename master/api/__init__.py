@@ -11,8 +11,12 @@ from master.api import (
     checkpoints,
     experiments,
     job_queue,
+    master_info,
+    notebooks,
     openapi,
+    tasks,
     templates,
+    tensorboards,
     trials,
 )
 
@@ -26,6 +30,10 @@ def register_api(app: Flask) -> None:
         agents,
         allocations,
         job_queue,
+        master_info,
+        tasks,
+        notebooks,
+        tensorboards,
         templates,
         openapi,
     )

@@ -25,7 +25,7 @@ from flask import current_app, has_request_context, request
 from flask.json.provider import DefaultJSONProvider
 
 from detlab.text import bad_text, clean_text
-from master.errors import BadRequest
+from master.errors import BadRequest, TooLarge
 from master.jsoncheck import MAX_JSON_DEPTH, check_json
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -57,6 +57,30 @@ class StrictJSONProvider(DefaultJSONProvider):
         except RecursionError:
             raise BadRequest(f"request body: nested deeper than {MAX_JSON_DEPTH} levels") from None
         return check_json(value, sanitise=_route_sanitises())
+
+
+def enforce_body_limit() -> None:
+    """before_request: this route's body limit (master/request_limits.py), before any parse.
+
+    A declared length over it is a 413 at once; a chunked body is cut off at the limit while
+    it is read (werkzeug's 413). waitress refuses the same bodies before receiving them.
+    """
+    from master.request_limits import body_limit, has_credentials
+    from master.web.session import COOKIE_NAME
+
+    limit = body_limit(
+        request.method,
+        request.path,
+        request.content_type or "",
+        has_credentials(
+            request.headers.get("Authorization"), request.headers.get("Cookie"), COOKIE_NAME
+        ),
+        current_app.config["DET"].max_model_def_bytes,
+    )
+    size = request.content_length
+    if size is not None and size > limit.bytes:
+        raise TooLarge(limit.message(size))
+    request.max_content_length = limit.bytes
 
 
 def check_request_text() -> None:

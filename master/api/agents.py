@@ -6,12 +6,12 @@ from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from master.api._guard import sanitises_text
-from master.api._util import int_arg, json_body
-from master.auth import require_agent, require_user
+from master.api._util import bool_arg, int_arg, json_body
+from master.auth import require_admin, require_agent, require_user
 from master.errors import BadRequest
-from master.services import agent_listing
-from master.services import agents as svc
-from master.services.logs import TAIL_MAX, agent_log_tail, ingest_agent_logs
+from master.services.agent import agent_credentials, agent_listing
+from master.services.agent import agents as svc
+from master.services.trial.logs import TAIL_MAX, agent_log_tail, ingest_agent_logs
 
 bp = Blueprint("agents", __name__)
 
@@ -37,6 +37,23 @@ def poll(agent_id: str) -> ResponseReturnValue:
     return jsonify(reply.to_json())
 
 
+@bp.post("/agents/<agent_id>/credential")
+def issue_credential(agent_id: str) -> ResponseReturnValue:
+    """The join token exchanged for this agent id's own credential (once: 409 after that)."""
+    require_agent(agent_id, joining=True)
+    _check_id(agent_id)
+    return jsonify({"agent_id": agent_id, "credential": agent_credentials.issue(agent_id)}), 201
+
+
+@bp.delete("/agents/<agent_id>/credential")
+def reset_credential(agent_id: str) -> ResponseReturnValue:
+    """An admin forgets an agent's credential (lost, or leaked): it may join again."""
+    require_admin()
+    _check_id(agent_id)
+    agent_credentials.reset(agent_id)
+    return jsonify({})
+
+
 @bp.post("/agents/<agent_id>/logs")
 @sanitises_text  # one line with a NUL must not fail (and re-send forever) the whole batch
 def logs(agent_id: str) -> ResponseReturnValue:
@@ -57,4 +74,5 @@ def log_tail(agent_id: str, alloc_id: str) -> ResponseReturnValue:
 @bp.get("/agents")
 def list_agents() -> ResponseReturnValue:
     require_user()
-    return jsonify({"agents": agent_listing.list_agents()})
+    # ?all=true: LOST agents gone longer than lost_agent_retention too.
+    return jsonify({"agents": agent_listing.list_agents(all_agents=bool_arg("all", False))})

@@ -13,7 +13,12 @@ from master.db import db
 from master.errors import BadRequest, Forbidden
 from master.models import Allocation
 from master.notify import hub, preempt_key
-from master.services.allocations import containers_of, get_allocation, wants_stop
+from master.services.task.allocations import (
+    containers_of,
+    get_allocation,
+    harness_reported,
+    wants_stop,
+)
 
 bp = Blueprint("allocations", __name__)
 
@@ -33,6 +38,8 @@ def preemption(alloc_id: str) -> Response:
     timeout = float_arg("timeout", 30.0, 0.0, 60.0)
     seen = hub().version(preempt_key(alloc_id))
     alloc = _own(alloc_id)
+    if principal().kind == "allocation":  # the harness's first poll is its first report
+        harness_reported(alloc)
     if wants_stop(alloc) or timeout == 0:
         return jsonify({"preempt": wants_stop(alloc)})
     db.session.commit()

@@ -10,7 +10,8 @@ from master.api._util import json_body, require_str
 from master.auth import bearer_token, principal, require_admin, require_user
 from master.context import master_state
 from master.errors import BadRequest
-from master.services import users as svc
+from master.services.agent import agent_users
+from master.services.user import users as svc
 
 bp = Blueprint("auth", __name__)
 
@@ -24,7 +25,7 @@ def health() -> ResponseReturnValue:
 def master_stats() -> ResponseReturnValue:
     """The scheduler tick's lateness, for operators and the load benchmark."""
     require_user()
-    stats = master_state().tick_stats
+    stats = master_state().lifecycle.tick_stats
     return jsonify({"scheduler_tick": stats.snapshot() if stats else {"ticks": 0}})
 
 
@@ -73,8 +74,25 @@ def create_user() -> ResponseReturnValue:
 @bp.patch("/users/<username>")
 def update_user(username: str) -> ResponseReturnValue:
     p = require_user()
-    user = svc.update_user(username, json_body(), by_user_id=p.user_id, by_admin=p.admin)
+    user, token = svc.update_user(username, json_body(), p, request.remote_addr)
+    body: dict = {"user": user.to_json()}
+    if token is not None:  # the caller's own session, reissued after a password change
+        body["token"] = token
+    return jsonify(body)
+
+
+@bp.put("/users/<username>/agent-user-group")
+def link_agent_user(username: str) -> ResponseReturnValue:
+    """Determined's `det user link-with-agent-user`: the Unix user this user's trials run as."""
+    require_admin()
+    user = agent_users.link(username, json_body())
     return jsonify({"user": user.to_json()})
+
+
+@bp.delete("/users/<username>/agent-user-group")
+def unlink_agent_user(username: str) -> ResponseReturnValue:
+    require_admin()
+    return jsonify({"user": agent_users.unlink(username).to_json()})
 
 
 __all__ = ["bp", "principal"]

@@ -8,12 +8,12 @@ from flask import Blueprint, Response, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from master.api._util import int_arg, json_body
-from master.auth import principal, require_trial_access
+from master.auth import principal, require_trial_access, require_user
 from master.errors import BadRequest, Forbidden, NotFound
 from master.models import Checkpoint
-from master.services import checkpoints as svc
-from master.services.experiments import get_experiment
-from master.services.trials import get_trial
+from master.services.checkpoint import checkpoints as svc
+from master.services.experiment.experiments import get_experiment
+from master.services.trial.trials import get_trial
 
 bp = Blueprint("checkpoints", __name__)
 
@@ -45,6 +45,22 @@ def _readable(uuid: str) -> Checkpoint:
 @bp.get("/checkpoints/<uuid>")
 def describe(uuid: str) -> ResponseReturnValue:
     return jsonify({"checkpoint": svc.checkpoint_json(_readable(uuid))})
+
+
+@bp.patch("/checkpoints/<uuid>/metadata")
+def edit_metadata(uuid: str) -> ResponseReturnValue:
+    """`{"add": {...}, "remove": [keys]}`: the experiment's owner or an admin."""
+    p = require_user()
+    ckpt = svc.get(uuid)
+    exp = get_experiment(ckpt.experiment_id)
+    if not p.admin and exp.owner_id != p.user_id:
+        raise Forbidden(
+            f"checkpoint {uuid} belongs to experiment {exp.id} of {exp.owner.username}; "
+            "only its owner or an admin may change its metadata"
+        )
+    body = json_body()
+    ckpt = svc.edit_metadata(ckpt, body.get("add", {}), body.get("remove", []))
+    return jsonify({"checkpoint": svc.checkpoint_json(ckpt)})
 
 
 @bp.get("/checkpoints")

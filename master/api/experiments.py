@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import IO
+
 from flask import Blueprint, Response, jsonify, request
 from flask.typing import ResponseReturnValue
 
@@ -9,13 +11,15 @@ from master.api._guard import require_object
 from master.api._util import bool_arg, int_arg, json_body, str_arg
 from master.auth import principal, require_user
 from master.db import db
-from master.errors import BadRequest, Forbidden, NotFound
+from master.errors import BadRequest, Forbidden, NotFound, TooLarge
 from master.models import Experiment
-from master.services import experiment_list, model_defs
-from master.services import experiments as svc
-from master.services.experiment_list import check_states
-from master.services.kicker import request_schedule
-from master.services.trials import trials_json, trials_of
+from master.request_limits import CONFIG_BYTES
+from master.services.experiment import experiment_list, model_defs
+from master.services.experiment import experiments as svc
+from master.services.experiment.capacity import fit_warning
+from master.services.experiment.experiment_list import check_states
+from master.services.queue.kicker import request_schedule
+from master.services.trial.trials import trials_json, trials_of
 
 bp = Blueprint("experiments", __name__)
 
@@ -30,7 +34,7 @@ def create() -> ResponseReturnValue:
     else:
         config_text = request.form.get("config")
         if config_text is None and "config" in request.files:
-            config_text = request.files["config"].read().decode("utf-8", errors="replace")
+            config_text = _config_file(request.files["config"].stream)
         upload = request.files.get("model_def")
         # Werkzeug spooled the upload to a temporary file: it is copied to the database a
         # chunk at a time, never read whole into memory.
@@ -39,15 +43,27 @@ def create() -> ResponseReturnValue:
         raise BadRequest("the 'config' field (experiment YAML) is required", path="config")
     template = str_arg("template") or None
     warnings = svc.config_warnings(config_text, template)
+    config = svc.parse_config(config_text, template)
+    cannot_fit = fit_warning(config)
+    if cannot_fit and bool_arg("fail_if_cannot_fit", False):
+        raise BadRequest(cannot_fit, path="resources.slots_per_trial")
+    warnings += [cannot_fit] if cannot_fit else []
     if bool_arg("validate_only", False):  # `det experiment create --test`: nothing is stored
-        config = svc.parse_config(config_text, template)
-        return jsonify({"config": config, "warnings": warnings})
+        return jsonify({"config": config.to_json(), "warnings": warnings})
     assert p.user_id is not None
     exp = svc.create_experiment(
         p.user_id, config_text, model_def, activate=bool_arg("activate", True), template=template
     )
     request_schedule()
     return jsonify({"experiment": svc.experiment_json(exp), "warnings": warnings}), 201
+
+
+def _config_file(stream: IO[bytes]) -> str:
+    """A config sent as a file beside the model definition: its own limit, not the upload's."""
+    data = stream.read(CONFIG_BYTES + 1)
+    if len(data) > CONFIG_BYTES:
+        raise TooLarge(f"the config file is over {CONFIG_BYTES:,} bytes", "config")
+    return data.decode("utf-8", errors="replace")
 
 
 @bp.post("/experiments/preview")
@@ -71,6 +87,8 @@ def list_experiments() -> ResponseReturnValue:
         experiment_list.ExperimentQuery(
             states=states,
             owner=str_arg("user") or None,
+            # `?archived=false` leaves archived experiments out (Determined's default listing).
+            archived=None if str_arg("archived") is None else bool_arg("archived"),
             limit=int_arg("limit", 100, 1, 10000),
             offset=int_arg("offset", 0),
         )
@@ -88,7 +106,10 @@ def list_experiments() -> ResponseReturnValue:
 
 @bp.get("/experiments/<int:exp_id>")
 def describe(exp_id: int) -> ResponseReturnValue:
-    require_user()
+    p = principal()
+    # A trial reads its own experiment (Core API's get_experiment_best_validation); users any.
+    if not (p.kind == "allocation" and p.experiment_id == exp_id):
+        require_user()
     exp = svc.get_experiment(exp_id)
     body: dict = {"experiment": svc.experiment_json(exp), "rung_lengths": svc.rung_lengths(exp)}
     # `?trials=false`: the experiment alone, cheap however many trials it has (for pollers).
@@ -113,7 +134,7 @@ def config(exp_id: int) -> ResponseReturnValue:
     return jsonify(
         {
             "config": redact_config(exp.config),
-            "original": redact_yaml(exp.original_config, exp.config),
+            "original": redact_yaml(exp.original_config, exp.conf.checkpoint_storage.to_json()),
         }
     )
 
@@ -129,7 +150,7 @@ def _may_steer(exp: Experiment) -> None:
 
 @bp.patch("/experiments/<int:exp_id>")
 def patch(exp_id: int) -> ResponseReturnValue:
-    from master.services.experiment_edits import patch_experiment
+    from master.services.experiment.experiment_edits import patch_experiment
 
     _may_steer(svc.get_experiment(exp_id))
     exp = patch_experiment(exp_id, json_body())
@@ -148,6 +169,22 @@ def act(exp_id: int, action: str) -> ResponseReturnValue:
         exp = svc.activate(exp_id)
     else:
         exp = svc.cancel(exp_id, kill=action == "kill")
+    request_schedule()
+    return jsonify({"experiment": svc.experiment_json(exp)})
+
+
+@bp.post("/experiments/<int:exp_id>/continue")
+def continue_(exp_id: int) -> ResponseReturnValue:
+    """Determined's ContinueExperiment: the same experiment and trial train on (see
+    master/services/experiment/continuation.py); `override_config` is YAML merged over its
+    config."""
+    from master.services.experiment.continuation import continue_experiment
+
+    _may_steer(svc.get_experiment(exp_id))
+    override = json_body().get("override_config")
+    if override is not None and not isinstance(override, str):
+        raise BadRequest("override_config must be YAML text", path="override_config")
+    exp = continue_experiment(exp_id, override)
     request_schedule()
     return jsonify({"experiment": svc.experiment_json(exp)})
 

@@ -7,10 +7,11 @@ from flask.typing import ResponseReturnValue
 
 from master.api._util import json_body, str_arg
 from master.auth import require_user
-from master.errors import Forbidden, NotFound
-from master.services import job_queue as svc
-from master.services.experiments import get_experiment
-from master.services.kicker import request_schedule
+from master.errors import BadRequest, Forbidden, NotFound
+from master.services.experiment.experiments import get_experiment
+from master.services.queue import job_queue as svc
+from master.services.queue.kicker import request_schedule
+from master.services.task.tasks import task_exists
 
 bp = Blueprint("jobs", __name__)
 
@@ -27,6 +28,11 @@ def update(job_id: str) -> ResponseReturnValue:
     try:
         exp = get_experiment(int(job_id))
     except ValueError:
+        if task_exists(job_id):
+            raise BadRequest(
+                f"job {job_id} is a task, not an experiment; only an experiment's job can be "
+                "changed (a command's request is fixed when it is submitted)"
+            ) from None
         raise NotFound(f"job {job_id} not found") from None
     if not p.admin and exp.owner_id != p.user_id:
         raise Forbidden(

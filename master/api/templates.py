@@ -9,7 +9,7 @@ from detlab.expconf import load_yaml, warnings_for
 from master.api._util import json_body
 from master.auth import require_user
 from master.errors import BadRequest
-from master.services import templates as svc
+from master.services.experiment import templates as svc
 
 bp = Blueprint("templates", __name__)
 
@@ -28,18 +28,17 @@ def describe(name: str) -> ResponseReturnValue:
 
 @bp.put("/templates/<name>")
 def put(name: str) -> ResponseReturnValue:
-    require_user()
+    p = require_user()
     body = json_body()
     if "config" not in body:
         raise BadRequest("'config' (the template, YAML text or a mapping) is required", "config")
-    t, created = svc.set_template(name, body["config"])
+    t, created = svc.set_template(name, body["config"], p)
     return jsonify({"template": svc.template_json(t)}), 201 if created else 200
 
 
 @bp.delete("/templates/<name>")
 def remove(name: str) -> ResponseReturnValue:
-    require_user()
-    svc.remove_template(name)
+    svc.remove_template(name, require_user())
     return jsonify({"removed": name})
 
 

@@ -8,11 +8,11 @@ from flask.typing import ResponseReturnValue
 from master.api._util import bool_arg, float_arg, int_arg, json_body, str_arg
 from master.auth import require_trial_access
 from master.errors import BadRequest
-from master.services import logs as log_svc
-from master.services import metrics as metric_svc
-from master.services import trials as svc
-from master.services.checkpoints import checkpoint_json, checkpoints_of
-from master.services.kicker import request_schedule
+from master.services.checkpoint.checkpoints import checkpoint_json, checkpoints_of
+from master.services.queue.kicker import request_schedule
+from master.services.trial import logs as log_svc
+from master.services.trial import metrics as metric_svc
+from master.services.trial import trials as svc
 
 bp = Blueprint("trials", __name__)
 
@@ -79,8 +79,9 @@ def progress(trial_id: int) -> ResponseReturnValue:
 
 @bp.get("/trials/<int:trial_id>/searcher/operation")
 def operation(trial_id: int) -> ResponseReturnValue:
-    require_trial_access(trial_id)
-    return jsonify(svc.current_operation(trial_id))
+    p = require_trial_access(trial_id)
+    # Only the trial's own process is told anything by the answer (a user merely reads it).
+    return jsonify(svc.current_operation(trial_id, told_process=p.kind == "allocation"))
 
 
 @bp.post("/trials/<int:trial_id>/searcher/completed_operation")

@@ -7,11 +7,11 @@ from flask.typing import ResponseReturnValue
 
 from master.api._util import json_body
 from master.auth import principal, require_user
-from master.ckpt import delete, gc
+from master.ckpt import delete, gc, tensorboard_files
 from master.ckpt.policy import Plan, Policy
 from master.errors import BadRequest, Forbidden
 from master.models import Experiment
-from master.services.experiments import get_experiment
+from master.services.experiment.experiments import get_experiment
 
 bp = Blueprint("checkpoint_gc", __name__)
 
@@ -89,6 +89,14 @@ def delete_experiment(exp_id: int) -> ResponseReturnValue:
     exp = get_experiment(exp_id)
     _may_change(exp)
     return jsonify(delete.delete_experiment(exp))
+
+
+@bp.delete("/experiments/<int:exp_id>/tensorboard-files")
+def delete_tensorboard_files(exp_id: int) -> ResponseReturnValue:
+    """Determined's DeleteTensorboardFiles: the experiment's TensorBoard files, from storage."""
+    exp = get_experiment(exp_id)
+    _may_change(exp)
+    return jsonify(tensorboard_files.delete_tensorboard_files(exp))
 
 
 @bp.post("/checkpoints/<uuid>/deleted")

@@ -20,8 +20,9 @@ from sqlalchemy.sql.elements import ColumnElement
 from master.ckpt.policy import Candidate
 from master.db import db
 from master.models import Checkpoint, Metric, ModelVersion, Trial
+from master.states import CheckpointState
 
-LIVE_STATES = ("ACTIVE", "COMPLETED")
+LIVE_STATES = (CheckpointState.ACTIVE,)
 
 
 def _json_number(column: Any, key: str, dialect: str) -> ColumnElement[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -9,11 +10,14 @@ from sqlalchemy import select
 
 from master.ckpt import gc
 from master.ckpt.states import CheckpointState, state_of
+from master.ckpt.tensorboard_files import delete_tensorboard_files
 from master.db import db
 from master.errors import BadRequest, Conflict, NotFound
 from master.models import Checkpoint, Experiment
-from master.services.checkpoints import is_uuid
+from master.services.checkpoint.checkpoints import is_uuid
 from master.states import is_terminal
+
+log = logging.getLogger("detlab.ckpt")
 
 
 def delete_checkpoints(
@@ -51,7 +55,7 @@ def delete_experiment(exp: Experiment) -> dict[str, Any]:
         db.session.execute(select(Checkpoint).where(Checkpoint.experiment_id == exp.id)).scalars()
     )
     registered = gc.registered_uuids([c.uuid for c in rows])
-    storage = dict(exp.config.get("checkpoint_storage") or {})
+    storage = exp.conf.checkpoint_storage.to_json()
     doomed = [c for c in rows if c.uuid not in registered]
     gc.mark_for_deletion(
         [c for c in doomed if state_of(c) != CheckpointState.DELETED],
@@ -88,6 +92,7 @@ def delete_experiment(exp: Experiment) -> dict[str, Any]:
             f"deleted (retried in the background), e.g. {first[0]}: {first[1]}"
         )
     freed = sum(int(c.size or 0) for c in now)
+    tb_files = _delete_tensorboard_files(exp)
     db.session.delete(exp)
     db.session.commit()
     return {
@@ -95,4 +100,17 @@ def delete_experiment(exp: Experiment) -> dict[str, Any]:
         "checkpoints_deleted": len(now),
         "bytes_freed": freed,
         "registered_kept": sorted(registered),
+        "tensorboard_files_deleted": tb_files,
     }
+
+
+def _delete_tensorboard_files(exp: Experiment) -> int:
+    """The experiment's TensorBoard files go with it where the master reaches them (a shared_fs
+    it does not mount keeps them: `tensorboard/experiment/<id>/` there, named in the log)."""
+    try:
+        return int(delete_tensorboard_files(exp)["files_deleted"])
+    except Conflict as e:
+        log.warning("%s", e)
+    except Exception as e:  # noqa: BLE001 - a storage error must not keep a deleted experiment
+        log.warning("experiment %d: its TensorBoard files could not be deleted: %s", exp.id, e)
+    return 0

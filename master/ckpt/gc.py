@@ -9,6 +9,7 @@ resume from are never planned for deletion.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from datetime import timedelta
@@ -37,13 +38,13 @@ BATCH = 200
 
 def run_lock() -> threading.Lock:
     """One GC run (or experiment delete) at a time in this master."""
-    return master_state().checkpoint_gc_lock
+    return master_state().checkpoints.gc_lock
 
 
 def _agent_work() -> threading.Event:
     """Set by the GC job when deletions wait for an agent: polls then claim them (cheap
     otherwise). Per master (MasterState)."""
-    return master_state().checkpoint_agent_work
+    return master_state().checkpoints.agent_work
 
 
 def _wake_agents() -> None:
@@ -76,18 +77,17 @@ def registered_uuids(uuids: list[str] | None = None) -> set[str]:
 
 
 def policy_of(exp: Experiment) -> Policy:
-    return Policy.from_storage(exp.config.get("checkpoint_storage"))
+    s = exp.conf.checkpoint_storage
+    return Policy(s.save_experiment_best, s.save_trial_best, s.save_trial_latest)
 
 
 def candidates(exp: Experiment) -> list[Candidate]:
     """The experiment's live checkpoints with their validation metric and protection."""
-    metric_name = (exp.config.get("searcher") or {}).get("metric")
-    return ckcandidates.candidates(exp.id, metric_name)
+    return ckcandidates.candidates(exp.id, exp.conf.searcher.metric)
 
 
 def plan_experiment(exp: Experiment, policy: Policy | None = None) -> Plan:
-    smaller = bool((exp.config.get("searcher") or {}).get("smaller_is_better", True))
-    return plan(candidates(exp), policy or policy_of(exp), smaller)
+    return plan(candidates(exp), policy or policy_of(exp), exp.conf.searcher.smaller_is_better)
 
 
 def mark_for_deletion(ckpts: list[Checkpoint], reason: str) -> int:
@@ -119,16 +119,13 @@ def collect(exp: Experiment) -> Plan:
 
 def set_policy(exp: Experiment, changes: dict[str, Any]) -> Plan:
     """Change the experiment's save_* numbers and collect with the new policy."""
-    storage = dict(exp.config.get("checkpoint_storage") or {})
     for key, value in changes.items():
         if key not in Policy().to_json():
             raise BadRequest(f"unknown GC policy key {key!r}", path=key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise BadRequest(f"{key} must be an integer >= 0", path=key)
-        storage[key] = value
-    config = dict(exp.config)
-    config["checkpoint_storage"] = storage
-    exp.config = config
+    storage = dataclasses.replace(exp.conf.checkpoint_storage, **changes)
+    exp.conf = exp.conf.replace(checkpoint_storage=storage)
     db.session.commit()
     return collect(exp)
 
@@ -142,7 +139,7 @@ def collect_all() -> None:
     """The periodic pass: every experiment whose live checkpoints changed since the last one."""
     rows = db.session.execute(
         select(Checkpoint.experiment_id, func.count(), func.max(Checkpoint.reported_at))
-        .where(Checkpoint.state.in_(("ACTIVE", "COMPLETED")))
+        .where(Checkpoint.state == CheckpointState.ACTIVE)
         .group_by(Checkpoint.experiment_id)
     ).all()
     for exp_id, count, newest in rows:
@@ -158,7 +155,7 @@ def _storage_config(c: Checkpoint) -> dict[str, Any] | None:
     exp = db.session.get(Experiment, c.experiment_id)
     if exp is None:
         return None
-    return dict(exp.config.get("checkpoint_storage") or {})
+    return exp.conf.checkpoint_storage.to_json()
 
 
 def delete_files(storage: dict[str, Any], uuid: str) -> None:
@@ -188,7 +185,7 @@ def due(limit: int = BATCH, agent: bool = False) -> list[Checkpoint]:
     rows = db.session.execute(
         select(Checkpoint)
         .where(
-            Checkpoint.state.in_(("DELETING", "DELETE_FAILED")),
+            Checkpoint.state.in_((CheckpointState.DELETING, CheckpointState.DELETE_FAILED)),
             (Checkpoint.next_delete_at.is_(None)) | (Checkpoint.next_delete_at <= now),
         )
         .order_by(Checkpoint.next_delete_at)
@@ -279,9 +276,7 @@ def experiment_usage(exp_id: int) -> dict[str, Any]:
     ).all()
     by_state: dict[str, dict[str, int]] = {}
     for state, size in rows:
-        s = by_state.setdefault(
-            "ACTIVE" if state == "COMPLETED" else state, {"count": 0, "bytes": 0}
-        )
+        s = by_state.setdefault(CheckpointState(state).value, {"count": 0, "bytes": 0})
         s["count"] += 1
         s["bytes"] += int(size or 0)
     live = by_state.get("ACTIVE", {"count": 0, "bytes": 0})

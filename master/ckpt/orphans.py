@@ -42,6 +42,7 @@ def object_storages() -> list[dict[str, Any]]:
         db.session.execute(select(Experiment.config)).scalars()
     )
     for config in configs:
+        # Raw stored JSON on purpose: one odd row must not stop the sweep for every other.
         storage = (config or {}).get("checkpoint_storage") or {}
         if storage.get("type") not in OBJECT_TYPES or not storage.get("bucket"):
             continue
@@ -64,7 +65,7 @@ def _abort_stale_uploads(backend: Any, before: datetime) -> int:
     """Abort unfinished uploads begun before `before`. Their age is the later of what the store
     says and when this master first saw them (some S3-compatible servers report no real start
     time): a restart only ever delays an abort, never hastens one."""
-    seen = master_state().upload_first_seen
+    seen = master_state().checkpoints.upload_first_seen
     now = utcnow()
     aborted = 0
     for key, upload_id, begun in backend.unfinished_uploads():

@@ -12,8 +12,9 @@ LIVE = (CheckpointState.ACTIVE.value,)  # holds files that GC may still plan ove
 
 
 def state_of(ckpt: Checkpoint) -> CheckpointState:
-    # Rows written before checkpoints had a state machine said COMPLETED for a stored one.
-    return CheckpointState.ACTIVE if ckpt.state == "COMPLETED" else CheckpointState(ckpt.state)
+    # Rows written before checkpoints had a state machine said COMPLETED for a stored one:
+    # migration 0011 made them ACTIVE.
+    return CheckpointState(ckpt.state)
 
 
 __all__ = ["LIVE", "TRANSITIONS", "CheckpointState", "state_of", "transition"]

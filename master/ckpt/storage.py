@@ -32,13 +32,12 @@ def redact_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def redact_yaml(text: str, config: Mapping[str, Any] | None = None) -> str:
+def redact_yaml(text: str, storage: Mapping[str, Any] | None = None) -> str:
     """The submitted YAML with `access_key:`/`secret_key:` values masked (block style by the
-    key, any style by the values the parsed `config` holds)."""
+    key, any style by the values the parsed config's checkpoint `storage` holds)."""
     out = _SECRET_LINE.sub(lambda m: m.group(1) + REDACTED, text or "")
-    storage = (config or {}).get("checkpoint_storage") or {}
     for key in SECRET_KEYS:
-        value = storage.get(key) if isinstance(storage, Mapping) else None
+        value = (storage or {}).get(key)
         if isinstance(value, str) and value:
             out = out.replace(value, REDACTED)
     return out
@@ -82,8 +81,8 @@ def backend(storage: Mapping[str, Any]) -> StorageManager:
 
     key = json.dumps(dict(storage), sort_keys=True, default=str)
     ms = master_state()
-    with ms.storage_backends_lock:
-        cache = ms.storage_backends
+    with ms.checkpoints.storage_backends_lock:
+        cache = ms.checkpoints.storage_backends
         found = cache.get(key)
         if found is None:
             if len(cache) > 64:

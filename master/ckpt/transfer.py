@@ -36,7 +36,7 @@ def storage_config_of(ckpt: Checkpoint) -> dict[str, Any] | None:
     if override:
         return dict(override)
     exp = db.session.get(Experiment, ckpt.experiment_id)
-    return dict(exp.config.get("checkpoint_storage") or {}) if exp is not None else None
+    return exp.conf.checkpoint_storage.to_json() if exp is not None else None
 
 
 def opener_from_storage(ckpt: Checkpoint) -> OpenDir:

@@ -11,8 +11,8 @@ from master.context import state_lock
 from master.db import db, utcnow
 from master.models import Allocation, Instance, Slot
 from master.notify import hub, preempt_key
-from master.services.kicker import request_schedule
-from master.services.logs import write_master_line
+from master.services.queue.kicker import request_schedule
+from master.services.trial.logs import write_master_line
 from master.states import LIVE_ALLOCATION
 
 log = logging.getLogger("detlab.provisioner")

@@ -42,9 +42,11 @@ from master.provisioner.provider import (
 from master.provisioner.states import LIVE, InstanceState, transition
 from master.provisioner.tokens import mint
 from master.scheduler import AgentView
-from master.services import heartbeats
-from master.services.kicker import request_schedule
-from master.services.scheduling import queued_trials, scheduler_inputs
+from master.services.agent import heartbeats
+from master.services.agent.agent_credentials import forget as forget_credential
+from master.services.queue.kicker import request_schedule
+from master.services.queue.scheduling import pending_requests
+from master.services.transitions import born
 from master.states import LIVE_ALLOCATION, AgentState
 
 log = logging.getLogger("detlab.provisioner")
@@ -103,7 +105,7 @@ def pool_row(name: str) -> ProvisionerPool:
 
 
 def provider_for(name: str, pc: ProviderConfig) -> Provider:
-    cache: dict[str, Provider] = master_state().providers
+    cache: dict[str, Provider] = master_state().provisioner.providers
     if name not in cache:
         row = pool_row(name)
         tag = (pc.tag_value if pc.type == "aws" else pc.label_value) or row.cluster_id
@@ -133,7 +135,7 @@ def reconcile(pool: str, cloud: list[CloudInstance], now: datetime, kind: str = 
     """Bring the rows in line with the cloud. Returns orphan cloud ids to terminate."""
     by_launch = {c.launch_id: c for c in cloud if c.launch_id}
     by_cloud = {c.cloud_id: c for c in cloud}
-    started = master_state().provisioner_started or now
+    started = master_state().provisioner.started or now
     rows = list(
         db.session.execute(
             select(Instance).where(
@@ -235,6 +237,7 @@ def _terminate_orphans(
         )
         if db.session.get(Instance, row.id) is None:
             db.session.add(row)
+            born("instance", row.id, S.TERMINATING, "an orphan found in the cloud")
         orphans.append(c.cloud_id)
         log.warning("pool %s: terminating orphan instance %s", pool, c.cloud_id)
     return orphans
@@ -277,7 +280,7 @@ def _requeue_interrupted(row: Instance) -> None:
     if row.interrupted_at is None or not row.cloud_id:
         return
     from detlab.protocol import ExitCause
-    from master.services.trials import allocation_exited
+    from master.services.task.tasks import allocation_exited
 
     allocs = _allocations_on(row.cloud_id)
     why = f"instance {row.cloud_id} was interrupted (spot/preemptible)"
@@ -288,9 +291,15 @@ def _requeue_interrupted(row: Instance) -> None:
 
 
 def _revoke(row: Instance) -> None:
+    """The instance is going or gone: neither its join token nor the per-agent credential its
+    agent exchanged it for (master/services/agent/agent_credentials.py) acts as its agent any more.
+    Otherwise a credential copied off the instance (its disk, a snapshot, a trial that read it
+    on an unisolated agent) would keep polling as an agent the master still knows."""
     if row.join_token_hash:
         token_cache().evict(row.join_token_hash)
     row.join_token_hash = None
+    if row.cloud_id:
+        forget_credential(row.cloud_id)
 
 
 def _allocations_on(agent_id: str) -> list[Allocation]:
@@ -355,9 +364,7 @@ def _decide(pool: str, pc: ProviderConfig, now: datetime) -> ScaleDecision:
         for a in agents
         if a.id not in ids
     ]
-    requests, _, _ = scheduler_inputs(
-        [(t, e) for t, e in queued_trials() if e.resource_pool == pool]
-    )
+    requests = pending_requests(pool)
     prow = pool_row(pool)
     allowed = prow.backoff_until is None or _aware(prow.backoff_until) <= now
     return decide(
@@ -423,6 +430,7 @@ def _launch(pool: str, pc: ProviderConfig, provider: Provider, count: int) -> No
             join_token_hash=token_hash,
         )
         db.session.add(row)
+        born("instance", launch_id, S.LAUNCHING, f"launch requested for pool {pool}")
         db.session.commit()  # before the cloud call: a restarted master finds it by its tag
         script = startup_script(
             user_script=pc.startup_script,

@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from master.ckpt.states import CheckpointState, state_of
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, Conflict, NotFound
+from master.field_limits import check_labels, check_text
 from master.models import (
     Checkpoint,
     Experiment,
@@ -23,7 +24,7 @@ from master.models import (
     Trial,
     User,
 )
-from master.services.checkpoints import checkpoint_json
+from master.services.checkpoint.checkpoints import checkpoint_json
 
 log = logging.getLogger("detlab.registry")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\- ]{0,255}$")
@@ -44,21 +45,15 @@ MAX_VERSION_NAME = 256  # model_versions.name is VARCHAR(256)
 
 
 def _opt_str(body: dict, key: str) -> str | None:
-    v = body.get(key)
-    if v is not None and not isinstance(v, str):
-        raise BadRequest(f"{key} must be a string", path=key)
-    if key == "name" and v is not None and len(v) > MAX_VERSION_NAME:
-        raise BadRequest(f"name must be at most {MAX_VERSION_NAME} characters", path=key)
-    return v
+    """description, comment, notes or a version's name, bounded (master/field_limits.py)."""
+    if key == "name":
+        return check_text(body.get(key), key, MAX_VERSION_NAME)
+    return check_text(body.get(key), key)
 
 
 def _labels(body: dict) -> list[str] | None:
     v = body.get("labels")
-    if v is None:
-        return None
-    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
-        raise BadRequest("labels must be a list of non-empty strings", path="labels")
-    return list(dict.fromkeys(v))
+    return None if v is None else check_labels(v)
 
 
 def _metadata(body: dict) -> dict | None:
@@ -245,7 +240,7 @@ def _lineage(c: Checkpoint) -> dict[str, Any]:
     return {
         "hparams": trial.hparams if trial else None,
         "experiment_name": exp.name if exp else None,
-        "searcher_metric": ((exp.config.get("searcher") or {}).get("metric") if exp else None),
+        "searcher_metric": exp.conf.searcher.metric if exp else None,
         "validation_metrics": val,
     }
 
@@ -272,7 +267,7 @@ def register_version(m: Model, owner_id: int | None, body: dict) -> ModelVersion
         version=(last or 0) + 1,
         checkpoint_uuid=uuid,
         checkpoint={**checkpoint_json(c), "lineage": _lineage(c)},
-        storage_config=dict((exp.config.get("checkpoint_storage") if exp else None) or {}),
+        storage_config=exp.conf.checkpoint_storage.to_json() if exp else {},
         name=_opt_str(body, "name"),
         comment=_opt_str(body, "comment"),
         notes=_opt_str(body, "notes"),
@@ -417,7 +412,7 @@ def alias_history(m: Model) -> list[dict[str, Any]]:
 def registered_checkpoint(uuid: str) -> Checkpoint | None:
     """A registered checkpoint whose rows were deleted with its experiment, rebuilt (not stored)
     from the newest version's copy; None when the checkpoint row exists or none is registered."""
-    from master.services.checkpoints import is_uuid
+    from master.services.checkpoint.checkpoints import is_uuid
 
     if not is_uuid(uuid) or db.session.get(Checkpoint, uuid) is not None:
         return None

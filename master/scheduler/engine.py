@@ -15,11 +15,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from operator import attrgetter
 
+from master.scheduler.acceptance import Eligible, eligible_for, nobody_runs, owner_name
 from master.scheduler.fitting import Fit, SlotIndex
 from master.scheduler.types import AgentView, Assignment, Decision, PoolPolicy, Request, Running
 
 NO_ROOM, PLACED, BLOCKED = 0, 1, 2
-_VALUE = attrgetter("priority", "order", "id")  # reversed: least valuable first
+_VALUE = attrgetter("priority", "order", "seq", "id")  # reversed: least valuable first
 
 
 class Pass:
@@ -46,6 +47,11 @@ class Pass:
             self.free.add_agent(a.id, a.free)
         self.virt = self.free.copy()
         self.any_agent = agents[0].id if agents else None
+        # Agents that run only their own user's tasks: each owner's requests skip the ones that
+        # would refuse them (acceptance.py). None in the usual pool: the filter then costs nothing.
+        self.agents = agents
+        self.restricted = any(a.only_uid is not None for a in agents)
+        self._eligible: dict[int | None, Eligible] = {}
         self.running = running
         # Slots each running trial holds in all, and would free here (on agents of this pass).
         known = self.free.slots
@@ -122,6 +128,49 @@ class Pass:
     # -- one request --------------------------------------------------------------------------
 
     def place(self, req: Request) -> int:
+        """`_place` on the agents that run the request's owner's tasks (all of them, unless some
+        agent of the pool runs only its own user's tasks)."""
+        if self.restricted:
+            el = self._eligible.get(req.unix_uid)
+            if el is None:
+                el = self._eligible[req.unix_uid] = eligible_for(self.agents, req.unix_uid)
+            if el.refusing:
+                return self._place_on_eligible(req, el)
+        return self._place(req)
+
+    def _place_on_eligible(self, req: Request, el: Eligible) -> int:
+        """Place with the refusing agents hidden from both indexes. Such a request does not
+        preempt (the preemption search counts slots on every agent): it waits for free slots."""
+        n = req.slots
+        if el.first is None:
+            self.wait(req, nobody_runs(req, self.agents, el.refusing))
+            return BLOCKED
+        who = f" on agents that run tasks of {owner_name(req)}"
+        if n > (el.capacity if self.span else el.largest):
+            have = f"{el.capacity} slots in all" if self.span else f"at most {el.largest} on one"
+            self.wait(
+                req, f"needs {n} slots; the agents that run tasks of {owner_name(req)} have {have}"
+            )
+            return BLOCKED
+        saved = (self.capacity, self.largest, self.any_agent, self.fail_free)
+        # fail_free says what did not fit into ALL free slots; a failure among fewer says nothing
+        # about the rest, so this request starts afresh and the pass's value is restored after.
+        self.capacity, self.largest, self.any_agent = el.capacity, el.largest, el.first
+        self.fail_free = 1 << 30
+        hidden = [(a, self.free.hide(a), self.virt.hide(a)) for a in el.refusing]
+        try:
+            out = self._place(req)
+        finally:
+            for a, free, virt in reversed(hidden):
+                self.free.unhide(a, free)
+                self.virt.unhide(a, virt)
+            self.capacity, self.largest, self.any_agent, self.fail_free = saved
+        if out == NO_ROOM:
+            self.wait(req, self.waiting_for(n, who))
+            return BLOCKED
+        return out
+
+    def _place(self, req: Request) -> int:
         """Assign the request free slots, or claim slots of stopping trials for it. Returns
         PLACED (either of those), BLOCKED (it waits, with a reason that holds for any request of
         its job as big as it for the rest of the pass) or NO_ROOM (not enough slots free or

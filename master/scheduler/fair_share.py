@@ -91,7 +91,7 @@ def _queues_and_shares(
     for j, n in p.alloc.items():
         demand[j] += n
     for j, rs in queued.items():
-        rs.sort(key=lambda r: (r.order, r.id))
+        rs.sort(key=lambda r: (r.order, r.seq, r.id))
         demand[j] += sum(r.slots for r in rs)
     for j in demand:
         c = cap[j]
@@ -137,10 +137,10 @@ def _block_as_big(waiting: dict[str, str], req: Request, rs: list[Request], star
     rs[start:] = rest
 
 
-def _newness(r: Running) -> tuple[float, int, str]:
-    """Later order is newer; on a tie (trials of one job share their job's order), the later id
-    (numeric ids compare as numbers: "10" is newer than "9")."""
-    return (r.order, len(r.id), r.id)
+def _newness(r: Running) -> tuple[float, int, int, str]:
+    """Later order is newer; on a tie (trials of one job share their job's order), the later
+    `seq` (the trial id), then the later id (numeric ids compare as numbers: "10" after "9")."""
+    return (r.order, r.seq, len(r.id), r.id)
 
 
 class _Victims:

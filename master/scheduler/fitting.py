@@ -86,6 +86,19 @@ class SlotIndex:
             self._moved(agent_id, old, len(lst))
         return added
 
+    def hide(self, agent_id: str) -> list[int]:
+        """Take the agent out of the index (until `unhide`); returns its free slots."""
+        lst = self.slots.pop(agent_id)
+        del self.buckets[len(lst)][agent_id]
+        self.total -= len(lst)
+        return lst
+
+    def unhide(self, agent_id: str, slots: list[int]) -> None:
+        """Put back an agent `hide` took out, with the slots it returned."""
+        self.slots[agent_id] = slots
+        self._bucket(len(slots))[agent_id] = None
+        self.total += len(slots)
+
     def most_free(self) -> str | None:
         """The agent with the most free slots (for zero-slot requests)."""
         for bucket in reversed(self.buckets):

@@ -15,7 +15,7 @@ from operator import attrgetter
 from master.scheduler.engine import NO_ROOM, Pass
 from master.scheduler.types import AgentView, Decision, PoolPolicy, Request, Running
 
-request_key = attrgetter("priority", "order", "id")
+request_key = attrgetter("priority", "order", "seq", "id")
 
 
 def run_priority(p: Pass, requests: Sequence[Request]) -> None:

@@ -7,16 +7,24 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Request:
-    """A queued trial that wants `slots` slots, all at once (gang) or none."""
+    """A queued task that wants `slots` slots, all at once (gang) or none."""
 
-    id: str  # the trial id, as a string
-    job_id: str = ""  # the experiment; "" = a job of its own (the request id)
+    id: str  # the task id (a trial's `<experiment id>.<request id>`, a command's UUID)
+    job_id: str = ""  # a trial's experiment; "" = a job of its own (the request id)
     slots: int = 1
     priority: int = 42  # lower runs first (1-99)
     order: float = 0.0  # FIFO key within a priority (submission time or manual queue position)
+    # Within one order, later is newer: a trial's id (a job's trials share its order). Its own
+    # field because `order + id * 1e-9` is lost to float rounding at epoch-second magnitudes, and
+    # a trial's task id ends in a random UUID, so neither told which trial was newer.
+    seq: int = 0
     pool: str = "default"
     weight: float = 1.0  # fair_share: the job's weight
     max_slots: int | None = None  # the JOB's cap on slots held at once (None = no cap)
+    # Whose task it is, for agents that run only their own user's tasks (AgentView.only_uid):
+    # the Unix uid its owner is linked to (None: not linked, or no owner) and the owner's name.
+    unix_uid: int | None = None
+    owner: str = ""
 
     @property
     def job(self) -> str:
@@ -25,14 +33,15 @@ class Request:
 
 @dataclass(frozen=True)
 class Running:
-    """A trial holding slots now."""
+    """A task holding slots now (its live allocation)."""
 
-    id: str
+    id: str  # the task id
     job_id: str
     # (agent_id, slot indexes on that agent); one entry unless the gang spans agents.
     placements: tuple[tuple[str, tuple[int, ...]], ...]
     priority: int = 42
     order: float = 0.0
+    seq: int = 0  # as Request.seq
     pool: str = "default"
     weight: float = 1.0
     max_slots: int | None = None
@@ -56,6 +65,9 @@ class AgentView:
     pool: str
     free: tuple[int, ...]  # slot indexes free right now
     total: int  # enabled slots in all
+    # None: it runs anyone's tasks (it isolates them, or its operator shares it on purpose).
+    # Else it cannot isolate and runs only tasks whose owner is linked to this uid, its own.
+    only_uid: int | None = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from detlab.expconf import SEARCHERS, ConfigError
+from detlab.expconf import SEARCHERS, ConfigError, ExperimentConfig
 from master.searcher.asha import AdaptiveASHASearch
 from master.searcher.base import (
     Close,
@@ -29,9 +29,9 @@ SEARCH_METHODS: dict[str, type[SearchMethod]] = {
 }
 
 
-def make_searcher(config: dict, seed: int) -> SearchMethod:
-    """The searcher for an expanded experiment config."""
-    name = config["searcher"]["name"]
+def make_searcher(config: ExperimentConfig, seed: int) -> SearchMethod:
+    """The searcher for an experiment config."""
+    name = config.searcher.name
     cls = SEARCH_METHODS.get(name)
     if cls is None:
         if name in SEARCHERS:

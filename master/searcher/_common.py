@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from detlab.expconf import ExperimentConfig
 from master.searcher.base import (
     Close,
     Create,
@@ -46,9 +47,9 @@ def as_metric(value: Any, smaller_is_better: bool) -> float | None:
     return metric
 
 
-def concurrency_limit(config: dict, max_trials: int) -> int:
+def concurrency_limit(config: ExperimentConfig, max_trials: int) -> int:
     """`max_concurrent_trials`, where 0 (no limit) means as many as there are trials."""
-    limit = int(config["searcher"].get("max_concurrent_trials") or 0)
+    limit = config.searcher.max_concurrent_trials
     return max(1, min(limit, max_trials)) if limit > 0 else max(1, max_trials)
 
 
@@ -63,7 +64,7 @@ class IndependentSearch(SearchMethod):
 
     replace_invalid: bool = False
 
-    def __init__(self, config: dict, seed: int) -> None:
+    def __init__(self, config: ExperimentConfig, seed: int) -> None:
         super().__init__(config, seed)
         self.trials: dict[str, str] = {}  # request id -> "running" | "done", creation order
         self.results = 0  # trials that validated at max_length
@@ -120,6 +121,30 @@ class IndependentSearch(SearchMethod):
         self.trials[request_id] = "done"
         self.failed += 1
         return self._fill()
+
+    def on_continue_search(
+        self, request_ids: list[str], existing: set[str] | None = None
+    ) -> list[Operation]:
+        # As Determined's replayed search: a trial it knows that did not finish (errored or
+        # canceled) trains on to max_length; a replaced INVALID_HP trial stays gone; then the
+        # search creates what it never issued, within max_concurrent_trials.
+        if existing is not None:
+            # A Create answered while the experiment was being killed made no trial: issue
+            # it again.
+            for rid in [r for r in self.trials if r not in existing]:
+                del self.trials[rid]
+                self.issued -= 1
+        ops: list[Operation] = []
+        for rid in request_ids:
+            state = self.trials.get(rid)
+            if state is None:
+                continue
+            if state == "done":
+                self.failed -= 1
+            self.trials[rid] = "running"
+            ops.append(ValidateAfter(rid, self.max_length))
+        self.shut_down = False
+        return ops + self._fill()
 
     def progress(self, lengths_completed: dict[str, float]) -> float:
         if self.shut_down:

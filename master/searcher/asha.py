@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from detlab.expconf import ExperimentConfig
 from master.searcher._common import as_metric, concurrency_limit, decode_float, encode_float
 from master.searcher.asha_layout import (
     asha_layout,
@@ -98,19 +99,19 @@ class AdaptiveASHASearch(SearchMethod):
 
     name = "adaptive_asha"
 
-    def __init__(self, config: dict, seed: int) -> None:
+    def __init__(self, config: ExperimentConfig, seed: int) -> None:
         super().__init__(config, seed)
-        s = config["searcher"]
-        self.metric_name: str = s["metric"]
-        self.smaller_is_better = bool(s.get("smaller_is_better", True))
-        self.divisor = float(s.get("divisor") or 4.0)
+        s = config.searcher
+        assert s.max_trials is not None  # the schema requires it for adaptive_asha
+        self.metric_name: str = s.metric
+        self.smaller_is_better = s.smaller_is_better
+        self.divisor = s.divisor
         self.time_based = is_time_based(config)
-        self.time_metric: str | None = s.get("time_metric")
+        self.time_metric: str | None = s.time_metric
         self.stopping = is_stopping(config)
-        self.max_trials = int(s["max_trials"])
+        self.max_trials = s.max_trials
         self.brackets = asha_layout(config)
-        sampler = s.get("sampler") or "random"
-        self.model: str | None = sampler if sampler in MODELS else None
+        self.model: str | None = s.sampler if s.sampler in MODELS else None
         self.limit = concurrency_limit(config, self.max_trials)
         self.expected_total = sum(
             bracket_total_length(
@@ -366,7 +367,7 @@ class AdaptiveASHASearch(SearchMethod):
         hparams = None
         if self.rng.random() >= RANDOM_FRACTION:
             seed = self.rng.randrange(2**31)
-            space = self.config.get("hyperparameters") or {}
+            space = self.config.hyperparameters
             hparams = propose(
                 space,
                 self._observations(),

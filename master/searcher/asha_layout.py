@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from detlab.expconf import max_length_value
+from detlab.expconf import ConfigError, ExperimentConfig
 
 
 def promote_quota(results: int, divisor: float) -> int:
@@ -75,20 +75,21 @@ class Bracket:
     lengths: tuple[int, ...]
 
 
-def asha_layout(config: dict) -> list[Bracket]:
+def asha_layout(config: ExperimentConfig) -> list[Bracket]:
     """The brackets of an adaptive_asha config (brackets without trials are dropped)."""
-    s = config["searcher"]
-    divisor = float(s.get("divisor") or 4.0)
-    max_trials = int(s["max_trials"])
-    max_length = max_length_value(config)
-    brackets = [int(r) for r in (s.get("bracket_rungs") or [])]
+    s = config.searcher
+    divisor = s.divisor
+    if s.max_trials is None:
+        raise ConfigError("searcher.max_trials", "required")
+    max_trials = s.max_trials
+    max_length = s.max_length_value()
+    brackets = list(s.bracket_rungs or ())
     if not brackets:
-        max_rungs = int(s.get("max_rungs") or 5)
         max_rungs = min(
-            _rungs_that_fit(max_length, divisor, max_rungs),
-            _rungs_that_fit(max_trials, divisor, max_rungs),
+            _rungs_that_fit(max_length, divisor, s.max_rungs),
+            _rungs_that_fit(max_trials, divisor, s.max_rungs),
         )
-        brackets = mode_brackets(str(s.get("mode") or "standard"), max_rungs)
+        brackets = mode_brackets(s.mode, max_rungs)
     brackets = sorted(brackets, reverse=True)  # most early stopping first
     counts = bracket_trials(max_trials, divisor, brackets)
     return [
@@ -98,15 +99,14 @@ def asha_layout(config: dict) -> list[Bracket]:
     ]
 
 
-def is_stopping(config: dict) -> bool:
+def is_stopping(config: ExperimentConfig) -> bool:
     """Whether decisions are made once (stop_once, or the time_metric form)."""
-    s = config["searcher"]
-    return bool(s.get("stop_once")) or is_time_based(config)
+    return config.searcher.stop_once or is_time_based(config)
 
 
-def is_time_based(config: dict) -> bool:
-    s = config["searcher"]
-    return s.get("time_metric") is not None and not s.get("max_length")
+def is_time_based(config: ExperimentConfig) -> bool:
+    s = config.searcher
+    return s.time_metric is not None and not s.max_length
 
 
 def expected_rung_trials(trials: int, num_rungs: int, divisor: float, stopping: bool) -> list[int]:

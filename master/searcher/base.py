@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from detlab.expconf import max_length_value
+from detlab.expconf import ExperimentConfig
 from master.searcher.hparams import sample
 
 TRIAL_SEED_MAX = 2**31 - 1
@@ -135,11 +135,11 @@ class SearchMethod(ABC):
 
     name: ClassVar[str]
 
-    def __init__(self, config: dict, seed: int) -> None:
+    def __init__(self, config: ExperimentConfig, seed: int) -> None:
         self.config = config
         self.seed = seed
         self.rng = random.Random(seed)
-        self.max_length = max_length_value(config)
+        self.max_length = config.searcher.max_length_value()
 
     # -- events ---------------------------------------------------------------------------
 
@@ -171,6 +171,20 @@ class SearchMethod(ABC):
     @abstractmethod
     def on_trial_exited_early(self, request_id: str, reason: ExitedReason) -> list[Operation]:
         """The trial ended without finishing its operations."""
+
+    def on_continue(self, request_id: str) -> list[Operation]:
+        """`det experiment continue`: the ended search takes up its one trial again and asks
+        it to train to (the possibly new) max_length. Only `single` supports it."""
+        raise NotImplementedError(f"{self.name} searches cannot be continued")
+
+    def on_continue_search(
+        self, request_ids: list[str], existing: set[str] | None = None
+    ) -> list[Operation]:
+        """`det experiment continue` of an ended grid or random search (no overrides): its
+        unfinished trials (`request_ids`) train on and the trials it never created (absent
+        from `existing`, the request ids that have a trial) are created. Only grid and random
+        support it."""
+        raise NotImplementedError(f"{self.name} searches cannot be continued")
 
     @abstractmethod
     def progress(self, lengths_completed: dict[str, float]) -> float:
@@ -211,5 +225,5 @@ class SearchMethod(ABC):
         """A Create with a fresh request id, sampled hparams (unless given) and trial seed."""
         request_id = new_request_id(self.rng)
         if hparams is None:
-            hparams = sample(self.config.get("hyperparameters") or {}, self.rng)
+            hparams = sample(self.config.hyperparameters, self.rng)
         return Create(request_id, hparams, self.rng.randint(0, TRIAL_SEED_MAX))

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from detlab.expconf import ExperimentConfig
 from master.searcher._common import IndependentSearch
 from master.searcher.hparams import grid_point, grid_size
 
 
-def grid_trials(config: dict) -> int:
+def grid_trials(config: ExperimentConfig) -> int:
     """How many trials a grid search runs: the grid's size, capped by max_trials if set."""
-    size = grid_size(config.get("hyperparameters") or {})
-    cap = config["searcher"].get("max_trials")
-    return min(size, int(cap)) if cap else size
+    size = grid_size(config.hyperparameters)
+    cap = config.searcher.max_trials
+    return min(size, cap) if cap else size
 
 
 class GridSearch(IndependentSearch):
@@ -25,7 +26,7 @@ class GridSearch(IndependentSearch):
     name = "grid"
     replace_invalid = False
 
-    def __init__(self, config: dict, seed: int) -> None:
+    def __init__(self, config: ExperimentConfig, seed: int) -> None:
         super().__init__(config, seed)
         self._total = grid_trials(config)
 
@@ -35,4 +36,4 @@ class GridSearch(IndependentSearch):
 
     def _next_hparams(self) -> dict[str, Any]:
         # Computed per trial: the grid is never materialised (10**9 points would not fit).
-        return grid_point(self.config.get("hyperparameters") or {}, self.issued)
+        return grid_point(self.config.hyperparameters, self.issued)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from detlab.expconf import length_unit, max_length_value, validate_experiment_config
+from detlab.expconf import ExperimentConfig
 from master.searcher.asha_layout import (
     asha_layout,
     bracket_total_length,
@@ -20,33 +20,22 @@ from master.searcher.asha_layout import (
 from master.searcher.grid import grid_trials
 from master.searcher.hparams import grid_size
 
-_EXPANDED_SEARCHER_KEYS = ("name", "max_trials", "max_concurrent_trials", "divisor", "max_rungs")
 
-
-def _expanded(config: dict) -> dict:
-    """The expanded config (validating a raw one; an expanded one is used as it is)."""
-    searcher = config.get("searcher") if isinstance(config, dict) else None
-    if isinstance(searcher, dict) and all(k in searcher for k in _EXPANDED_SEARCHER_KEYS):
-        return config
-    return validate_experiment_config(config)
-
-
-def preview(config: dict) -> dict[str, Any]:
+def preview(config: ExperimentConfig) -> dict[str, Any]:
     """A summary of the search: trials, total training length and (ASHA) rungs per bracket.
 
     `{"searcher", "trials", "total_length", "unit", "rungs": [{"length", "trials"}], ...}` with
     `grid_size` for grid, and `brackets` (each with its own rungs) for ASHA with several
     brackets. `rungs` lists, per distinct length, how many trials train to it.
     """
-    config = _expanded(config)
-    s = config["searcher"]
-    name = s["name"]
-    max_length = max_length_value(config)
-    out: dict[str, Any] = {"searcher": name, "unit": length_unit(config)}
+    s = config.searcher
+    name = s.name
+    max_length = s.max_length_value()
+    out: dict[str, Any] = {"searcher": name, "unit": s.unit}
     if is_time_based(config):
-        out["time_metric"] = s["time_metric"]
+        out["time_metric"] = s.time_metric
     if name == "adaptive_asha":
-        divisor = float(s.get("divisor") or 4.0)
+        divisor = s.divisor
         stopping = is_stopping(config)
         brackets = []
         per_length: dict[int, int] = {}
@@ -71,9 +60,9 @@ def preview(config: dict) -> dict[str, Any]:
         return out
     if name == "grid":
         trials = grid_trials(config)
-        out["grid_size"] = grid_size(config.get("hyperparameters") or {})
-    elif name == "random":
-        trials = int(s["max_trials"])
+        out["grid_size"] = grid_size(config.hyperparameters)
+    elif name == "random" and s.max_trials is not None:
+        trials = s.max_trials
     else:
         trials = 1
     out["trials"] = trials

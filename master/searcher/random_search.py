@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from detlab.expconf import ExperimentConfig
 from master.searcher._common import IndependentSearch
 
 
@@ -16,9 +17,10 @@ class RandomSearch(IndependentSearch):
     name = "random"
     replace_invalid = True
 
-    def __init__(self, config: dict, seed: int) -> None:
+    def __init__(self, config: ExperimentConfig, seed: int) -> None:
         super().__init__(config, seed)
-        self._total = int(config["searcher"]["max_trials"])
+        assert config.searcher.max_trials is not None  # the schema requires it for random
+        self._total = config.searcher.max_trials
 
     @property
     def total(self) -> int:

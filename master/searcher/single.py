@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from detlab.expconf import ExperimentConfig
 from master.searcher.base import (
     Close,
     ExitedReason,
@@ -19,7 +20,7 @@ class SingleSearch(SearchMethod):
 
     name = "single"
 
-    def __init__(self, config: dict, seed: int) -> None:
+    def __init__(self, config: ExperimentConfig, seed: int) -> None:
         super().__init__(config, seed)
         self.request_id: str | None = None
         self.completed = False  # the trial validated at max_length
@@ -50,6 +51,15 @@ class SingleSearch(SearchMethod):
         if request_id != self.request_id or self.completed:
             return []
         return self._shutdown(failure=True)
+
+    def on_continue(self, request_id: str) -> list[Operation]:
+        # The same trial trains again, from its latest checkpoint, to this searcher's max_length
+        # (read from the continued config); the search ends when it validates there.
+        if request_id != self.request_id:
+            return []
+        self.completed = False
+        self.shut_down = False
+        return [ValidateAfter(request_id, self.max_length)]
 
     def progress(self, lengths_completed: dict[str, float]) -> float:
         if self.completed:

@@ -11,10 +11,20 @@ from flask import Flask
 
 def register_web(app: Flask) -> None:
     # Importing the view modules attaches their routes to the blueprint.
-    from master.web import views_auth, views_cluster, views_experiments, views_trials
+    from master.web import (
+        views_auth,
+        views_cluster,
+        views_experiments,
+        views_lab,
+        views_models,
+        views_proxy,
+        views_tasks,
+        views_trials,
+    )
     from master.web.blueprint import bp
     from master.web.session import configure
 
     assert views_auth and views_cluster and views_experiments and views_trials
+    assert views_models and views_lab and views_tasks and views_proxy
     configure(app)
     app.register_blueprint(bp)

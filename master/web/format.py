@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from werkzeug.datastructures import MultiDict
 
 from master.errors import BadRequest
-from master.services.experiment_list import SORT_KEYS, ExperimentQuery, check_states
+from master.services.experiment.experiment_list import SORT_KEYS, ExperimentQuery, check_states
 
 PER_PAGE = 50
 MAX_PER_PAGE = 500
@@ -146,3 +146,35 @@ def flat_hparams(hparams: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def differing_rows(rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
     """Only the rows whose values are not all equal ("only show differences")."""
     return {k: v for k, v in rows.items() if len({repr(x) for x in v}) > 1}
+
+
+def hparam_types(space: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Each hyperparameter of an experiment's config by dotted name -> its type (`const`,
+    `int`, `double`, `log`, `categorical`); a bare value is a constant."""
+    out: dict[str, str] = {}
+    for k, v in space.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and v.get("type") == "object" and isinstance(v.get("vals"), dict):
+            out.update(hparam_types(v["vals"], name + "."))  # a group, as the master stores it
+        elif isinstance(v, dict) and isinstance(v.get("type"), str):
+            out[name] = v["type"]
+        elif isinstance(v, dict):
+            out.update(hparam_types(v, name + "."))
+        else:
+            out[name] = "const"
+    return out
+
+
+def scatter_axes(space: dict[str, Any], trial_hparams: list[dict[str, Any]]) -> list[dict]:
+    """The hyperparameters worth a scatter against the metric, in name order: not constants
+    (declared `const`, or one value in every trial), each with `log: true` when it is sampled
+    on a log scale (`type: log`) so its axis is logarithmic too."""
+    types = hparam_types(space)
+    names = sorted({k for h in trial_hparams for k in h})
+    axes = []
+    for name in names:
+        values = {repr(h.get(name)) for h in trial_hparams}
+        if types.get(name) == "const" or len(values) < 2:
+            continue
+        axes.append({"name": name, "log": types.get(name) == "log"})
+    return axes

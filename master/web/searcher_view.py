@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from detlab.expconf import ExperimentConfig
+
 
 @dataclass(frozen=True)
 class RungView:
@@ -30,12 +32,12 @@ def _metric(value: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def asha_brackets(config: dict, searcher_state: dict | None) -> list[BracketView]:
+def asha_brackets(config: ExperimentConfig, searcher_state: dict | None) -> list[BracketView]:
     """Adaptive ASHA's brackets with, per rung, its length, results, promotions and best metric.
 
     An experiment whose config cannot be laid out (or another searcher) gives [].
     """
-    if config.get("searcher", {}).get("name") != "adaptive_asha":
+    if config.searcher.name != "adaptive_asha":
         return []
     from master.searcher.asha_layout import asha_layout
 
@@ -43,7 +45,7 @@ def asha_brackets(config: dict, searcher_state: dict | None) -> list[BracketView
         layout = asha_layout(config)
     except (KeyError, TypeError, ValueError):
         return []
-    smaller = bool(config["searcher"].get("smaller_is_better", True))
+    smaller = config.searcher.smaller_is_better
     rungs_state: list = []
     if searcher_state and isinstance(searcher_state.get("state"), dict):
         rungs_state = searcher_state["state"].get("rungs") or []
@@ -61,20 +63,16 @@ def asha_brackets(config: dict, searcher_state: dict | None) -> list[BracketView
     return out
 
 
-def searcher_summary(config: dict) -> list[tuple[str, str]]:
+def searcher_summary(config: ExperimentConfig) -> list[tuple[str, str]]:
     """The searcher's settings worth showing, as (label, value) pairs."""
-    s = config.get("searcher", {})
-    out = [("Searcher", str(s.get("name", "?")))]
-    if s.get("metric"):
-        better = "smaller" if s.get("smaller_is_better", True) else "larger"
-        out.append(("Metric", f"{s['metric']} ({better} is better)"))
-    ml = s.get("max_length")
-    if isinstance(ml, dict) and ml:
-        unit, n = next(iter(ml.items()))
-        out.append(("Max length", f"{n} {unit}"))
-    elif ml:
-        out.append(("Max length", str(ml)))
-    name = s.get("name")
+    s = config.searcher
+    out = [("Searcher", s.name)]
+    if s.metric:
+        better = "smaller" if s.smaller_is_better else "larger"
+        out.append(("Metric", f"{s.metric} ({better} is better)"))
+    if s.max_length:
+        out.append(("Max length", f"{s.max_length.value} {s.max_length.unit}"))
+    name = s.name
     shown = {
         "single": (),
         "grid": ("max_concurrent_trials",),
@@ -101,6 +99,7 @@ def searcher_summary(config: dict) -> list[tuple[str, str]]:
         "sampler": "Sampler",
     }
     for key in shown:
-        if s.get(key) not in (None, ""):
-            out.append((labels[key], str(s[key])))
+        value = getattr(s, key)
+        if value not in (None, ""):
+            out.append((labels[key], str(value)))
     return out

@@ -1,9 +1,11 @@
-"""Signed-in browsers: a session cookie holding an API login token, and CSRF tokens.
+"""Signed-in browsers: a session cookie holding a web session id, and CSRF tokens.
 
-Signing in creates the same kind of token `POST /api/v1/auth/login` does (stored hashed, expiring
-with `token_ttl_hours`, revoked on sign-out or when the user is deactivated), so a page and the
-REST API see the same user with the same rights. The cookie is signed (Flask's session), HttpOnly
-and SameSite=Lax; every state-changing request must also carry the session's CSRF token.
+Signing in creates a server-side session record (an `auth_tokens` row of kind "web": stored
+hashed, expiring with `token_ttl_hours`, revoked on sign-out, on a password change or when
+the user is deactivated), so a page and the REST API see the same user with the same rights.
+The id in the cookie is not an API token: sent as a bearer it is refused (`master.auth.resolve`),
+so a cookie read off a machine gives no API access. The cookie is signed (Flask's session),
+HttpOnly and SameSite=Lax; every state-changing request must also carry the session's CSRF token.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from master.auth import Principal, resolve, revoke_token
 from master.db import db
 from master.errors import APIError, Unauthenticated
 
+COOKIE_NAME = "detlab_session"
+SESSION_ID = "sid"  # the cookie's key for the web session id
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 
@@ -52,7 +56,7 @@ def configure(app: Flask) -> None:
     if not app.secret_key:
         app.secret_key = load_or_create_secret(cfg.data_dir)
     app.config.update(
-        SESSION_COOKIE_NAME="detlab_session",
+        SESSION_COOKIE_NAME=COOKIE_NAME,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=os.environ.get("DET_WEB_COOKIE_SECURE", "") in ("1", "true", "yes"),
@@ -87,12 +91,14 @@ def current_user() -> Principal | None:
     if "web_principal" in g:
         return g.web_principal
     p: Principal | None = None
-    token = session.get("token")
-    if token:
+    sid = session.get(SESSION_ID)
+    if "token" in session:  # a cookie from before session ids held the API token itself
+        session.pop("token")
+    if sid:
         try:
-            p = resolve(token)
+            p = resolve(sid, kind="web")
         except APIError:
-            session.pop("token", None)
+            session.pop(SESSION_ID, None)
             p = None
         if p is not None and p.kind != "user":
             p = None
@@ -102,24 +108,24 @@ def current_user() -> Principal | None:
 
 def sign_in(username: str, password: str) -> Principal | None:
     """Sign in (None: wrong name or password); throttled like the API's login (429 raised)."""
-    from master.services.users import log_in
+    from master.services.user.users import log_in
 
     try:
-        token, _user = log_in(username, password, request.remote_addr)
+        sid, _user = log_in(username, password, request.remote_addr, kind="web")
     except Unauthenticated:
         return None
     session.clear()
     session.permanent = True
-    session["token"] = token
+    session[SESSION_ID] = sid
     csrf_token()  # a fresh CSRF token for the new session
     g.pop("web_principal", None)
     return current_user()
 
 
 def sign_out() -> None:
-    token = session.get("token")
-    if token:
-        revoke_token(token)
+    sid = session.get(SESSION_ID)
+    if sid:
+        revoke_token(sid)
         db.session.commit()
     session.clear()
     g.pop("web_principal", None)

@@ -8,10 +8,10 @@ from flask.typing import ResponseReturnValue
 from master.auth import can_steer
 from master.errors import BadRequest, Forbidden
 from master.provisioner.listing import pools_json
-from master.services import job_queue as job_svc
-from master.services.cluster_view import agents_overview, idle_but_allocated
-from master.services.experiments import get_experiment
-from master.services.kicker import request_schedule
+from master.services.agent.cluster_view import agents_overview, idle_but_allocated
+from master.services.experiment.experiments import get_experiment
+from master.services.queue import job_queue as job_svc
+from master.services.queue.kicker import request_schedule
 from master.web.blueprint import bp, safe_next
 from master.web.session import current_user
 

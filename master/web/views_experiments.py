@@ -11,15 +11,16 @@ from flask.typing import ResponseReturnValue
 from master.auth import can_steer
 from master.db import utcnow
 from master.errors import BadRequest, Forbidden
-from master.services import experiments as exp_svc
-from master.services.checkpoints import checkpoints_of
-from master.services.experiment_list import list_experiments, live_allocation_states
-from master.services.kicker import request_schedule
-from master.services.trial_views import experiment_metric_names, learning_curves
-from master.services.trials import is_unmanaged, trials_of
+from master.services.checkpoint.checkpoints import checkpoints_of
+from master.services.experiment import experiments as exp_svc
+from master.services.experiment.experiment_list import list_experiments, live_allocation_states
+from master.services.queue.kicker import request_schedule
+from master.services.trial.trial_views import experiment_metric_names, learning_curves
+from master.services.trial.trials import is_unmanaged, trials_of
 from master.states import ACTIONS, IllegalTransition, State, trial_display_state
 from master.web import format as fmt
 from master.web.blueprint import bp, safe_next
+from master.web.failure import failures
 from master.web.searcher_view import asha_brackets, searcher_summary
 from master.web.session import current_user
 
@@ -146,15 +147,18 @@ def _trial_rows(exp_id: int) -> list[dict[str, Any]]:
 def _detail_context(exp_id: int) -> dict[str, Any]:
     exp = exp_svc.get_experiment(exp_id)
     rows = _trial_rows(exp_id)
-    searcher = exp.config.get("searcher", {})
+    searcher = exp.conf.searcher
+    failed, n_failed = failures([r["t"] for r in rows])
     return {
         "exp": exp,
         "rows": rows,
+        "failures": failed,
+        "n_failed": n_failed,
         "hparam_names": sorted({k for r in rows for k in r["hparams"]}),
-        "searcher": searcher_summary(exp.config),
-        "brackets": asha_brackets(exp.config, exp.searcher_state),
-        "metric": searcher.get("metric"),
-        "smaller_is_better": searcher.get("smaller_is_better", True),
+        "searcher": searcher_summary(exp.conf),
+        "brackets": asha_brackets(exp.conf, exp.searcher_state),
+        "metric": searcher.metric,
+        "smaller_is_better": searcher.smaller_is_better,
         "now": utcnow(),
         "actions": ACTIONS,
     }
@@ -178,6 +182,9 @@ def experiment(exp_id: int) -> ResponseReturnValue:
             }
             for r in ctx["rows"]
         ],
+        scatter_axes=fmt.scatter_axes(
+            exp.conf.hyperparameters, [r["hparams"] for r in ctx["rows"]]
+        ),
     )
     return render_template("experiment.html", **ctx)
 

@@ -10,15 +10,18 @@ from flask.typing import ResponseReturnValue
 from master.api._util import bool_arg, float_arg, int_arg
 from master.db import utcnow
 from master.errors import BadRequest
-from master.services import logs as log_svc
-from master.services.chart_series import chart_metric_names, chart_series
-from master.services.checkpoints import checkpoints_of
-from master.services.experiment_list import live_allocation_states
-from master.services.trial_views import iter_log_text, tail_logs, trials_by_ids
-from master.services.trials import get_trial, is_unmanaged
+from master.models import Trial
+from master.services.checkpoint.checkpoints import checkpoints_of
+from master.services.experiment.experiment_list import live_allocation_states
+from master.services.trial import logs as log_svc
+from master.services.trial.chart_series import chart_metric_names, chart_series
+from master.services.trial.trial_views import iter_log_text, tail_logs, trials_by_ids
+from master.services.trial.trials import get_trial, is_unmanaged
 from master.states import is_terminal, trial_display_state
 from master.web import format as fmt
 from master.web.blueprint import bp
+from master.web.failure import failure_summary
+from master.web.log_levels import log_level
 
 LOG_TAIL = 300  # lines a trial page shows at first (older ones: "older" link, or download)
 MAX_COMPARE = 10
@@ -31,25 +34,44 @@ def trial(trial_id: int) -> ResponseReturnValue:
     search = (request.args.get("q") or "").strip()
     before = int_arg("before", 0) or None
     logs = tail_logs(trial_id, LOG_TAIL, contains=search or None, before=before)
-    names = chart_metric_names(trial_id)
-    exp = t.experiment
-    default_metric = exp.config.get("searcher", {}).get("metric")
+    for line in logs:
+        line["level"] = log_level(line["line"])
     return render_template(
         "trial.html",
-        t=t,
-        exp=exp,
-        display_state=trial_display_state(t.state, alloc[0] if alloc else None, is_unmanaged(exp)),
-        agent=alloc[1] if alloc else None,
+        **_head_context(t, alloc),
         hparams=fmt.flat_hparams(t.hparams or {}),
         checkpoints=checkpoints_of(trial_id=trial_id),
-        metric_names=names,
-        default_metric=default_metric,
+        metric_names=chart_metric_names(trial_id),
         logs=logs,
         search=search,
         older=logs[0]["seq"] if len(logs) == LOG_TAIL else None,
         last_seq=logs[-1]["seq"] if logs and not before and not search else _last_seq(trial_id),
-        live=not is_terminal(t.state),
-        now=utcnow(),
+    )
+
+
+def _head_context(t: Trial, alloc: tuple[str, str | None] | None) -> dict[str, Any]:
+    """What the trial's header shows (the page, and its live refresh)."""
+    exp = t.experiment
+    return {
+        "t": t,
+        "exp": exp,
+        "display_state": trial_display_state(
+            t.state, alloc[0] if alloc else None, is_unmanaged(exp)
+        ),
+        "agent": alloc[1] if alloc else None,
+        "default_metric": exp.conf.searcher.metric,
+        "failure": failure_summary(t),
+        "live": not is_terminal(t.state),
+        "now": utcnow(),
+    }
+
+
+@bp.get("/trials/<int:trial_id>/head")
+def trial_head(trial_id: int) -> ResponseReturnValue:
+    """The header alone (steps, state, progress): swapped in every few seconds while it runs."""
+    t = get_trial(trial_id)
+    return render_template(
+        "_trial_head.html", **_head_context(t, live_allocation_states([t.id]).get(t.id))
     )
 
 
@@ -69,6 +91,8 @@ def trial_logs(trial_id: int) -> ResponseReturnValue:
         bool_arg("follow"),
         float_arg("timeout", 20.0, 0.0, 30.0),
     )
+    # the level each line states (colours by level, not by stream: logging's INFO is on stderr)
+    page["logs"] = [{**line, "level": log_level(line["line"])} for line in page["logs"]]
     return jsonify(page)
 
 
@@ -148,7 +172,7 @@ def compare() -> ResponseReturnValue:
         for group, ns in chart_metric_names(t.id).items():
             groups[group].update(ns)
             names.update(ns)
-    default = next((t.experiment.config.get("searcher", {}).get("metric") for t in trials), None)
+    default = next((t.experiment.conf.searcher.metric for t in trials), None)
     return render_template(
         "compare.html",
         trials=trials,

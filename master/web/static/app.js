@@ -34,7 +34,8 @@
     // A kill cannot be undone: ask first (without JavaScript the button acts at once).
     document.addEventListener("click", function (ev) {
       var btn = ev.target.closest('button[data-action="kill"], button[value="kill"]');
-      if (btn && !window.confirm("Kill now? Running trials stop without a checkpoint.")) {
+      var ask = btn && (btn.dataset.confirm || "Kill now? Running trials stop without a checkpoint.");
+      if (btn && !window.confirm(ask)) {
         ev.preventDefault();
       }
     });

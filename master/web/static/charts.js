@@ -154,7 +154,8 @@
     });
   }
 
-  // One small scatter per hyperparameter: value (x) against the searcher metric (y).
+  // One small scatter per hyperparameter the master lists in `axes` (constants left out):
+  // value (x) against the searcher metric (y); a log-sampled one on a log x axis.
   function scatters() {
     var holder = document.getElementById("scatters");
     var src = document.getElementById("scatter-data");
@@ -162,10 +163,9 @@
     var data = JSON.parse(src.textContent);
     var trials = data.trials.filter(function (t) { return typeof t.metric === "number"; });
     if (!trials.length) { holder.textContent = "No trial has a searcher metric yet."; return; }
-    var names = {};
-    trials.forEach(function (t) { Object.keys(t.hparams).forEach(function (k) { names[k] = 1; }); });
-    Object.keys(names).sort().forEach(function (name, i) {
-      var cats = [], pts = [];
+    if (!data.axes.length) { holder.textContent = "No hyperparameter varies between the trials: nothing to plot."; return; }
+    data.axes.forEach(function (axis, i) {
+      var name = axis.name, cats = [], pts = [];
       trials.forEach(function (t) {
         var v = t.hparams[name];
         if (typeof v !== "number") {
@@ -176,12 +176,15 @@
         pts.push([v, t.metric]);
       });
       pts.sort(function (a, b) { return a[0] - b[0]; });
+      var logX = axis.log && !cats.length && pts.every(function (p) { return p[0] > 0; });
       var box = document.createElement("div");
       box.className = "scatter";
+      box.dataset.hparam = name;
+      box.dataset.scale = logX ? "log" : "linear";
       holder.appendChild(box);
       var opts = {
         width: Math.min(360, Math.max(240, holder.clientWidth / 2 - 16)), height: 220,
-        scales: { x: { time: false } },
+        scales: { x: logX ? { time: false, distr: 3 } : { time: false } },
         series: [{ label: name }, { label: data.metric || "metric", stroke: color(i), paths: function () { return null; }, points: { show: true, size: 7, fill: color(i) } }],
         axes: [{ label: name, values: cats.length ? function (u, vals) { return vals.map(function (v) { return cats[v] !== undefined && Number.isInteger(v) ? cats[v] : ""; }); } : undefined }, {}],
         legend: { show: false },

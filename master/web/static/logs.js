@@ -23,7 +23,8 @@
       var frag = document.createDocumentFragment();
       lines.forEach(function (l) {
         var span = document.createElement("span");
-        span.className = "line stream-" + l.stream;
+        // coloured by the level the line states (the master reads it), not by its stream
+        span.className = "line stream-" + l.stream + (l.level ? " level-" + l.level : "");
         span.dataset.seq = String(l.seq);
         var t = document.createElement("time");
         t.setAttribute("datetime", l.timestamp);

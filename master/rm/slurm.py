@@ -1,0 +1,394 @@
+"""The Slurm resource manager: each partition a pool, each allocation one `sbatch` job.
+
+Slurm queues and places its jobs itself (`queues_itself`): the scheduling pass submits every
+request of a Slurm pool in the scheduler's order, and Slurm decides when it runs. `refresh`
+runs once per scheduling pass: one bulk `squeue` for every detlab job, the new lines of each
+job's output file into the task's logs, and each ended job's exit from the status file its
+batch script wrote (master/rm/slurm_cli.py builds the command lines and reads their output).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flask import current_app
+from sqlalchemy import select
+
+import master
+from detlab.protocol import ExitCause
+from master.context import master_state
+from master.db import db, utcnow
+from master.models import Allocation, Task
+from master.rm import slurm_cli as cli
+from master.rm import slurm_health as health
+from master.rm.base import AllocationStatus, Placements
+from master.rm.slurm_config import SlurmConfig
+from master.scheduler import AgentView
+from master.services.task.allocations import (
+    containers_of,
+    new_allocation,
+    request_preemption,
+    set_container,
+)
+from master.services.trial.logs import ingest_agent_logs, write_line
+from master.states import LIVE_ALLOCATION, AllocationState, TaskType
+
+log = logging.getLogger("detlab.slurm")
+
+CLI_TIMEOUT_S = 30.0
+LOG_CHUNK_BYTES = 1 << 20  # at most this much of one job's output per tick
+
+
+def run_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """One Slurm command; a missing command or a hung slurmctld is an rc 1 with its reason."""
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False
+        )
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(argv, 127, "", f"{argv[0]}: not installed here")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(
+            argv, 1, "", f"{argv[0]} did not answer within {CLI_TIMEOUT_S:g} s"
+        )
+
+
+@dataclass
+class _Health:
+    # Pool -> what is wrong with its partition (down or drained nodes), from the last sinfo.
+    pool_notes: dict[str, str] = field(default_factory=dict)
+    failing: str | None = None  # the Slurm failure logged, until a command works again
+
+
+class SlurmResourceManager:
+    type = "slurm"
+    queues_itself = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        det = current_app.config["DET"]
+        rm = next(r for r in det.resource_managers if r.name == name)
+        assert rm.slurm is not None, f"resource manager {name} is not a slurm one"
+        self.cfg: SlurmConfig = rm.slurm
+        self.agent_id = f"slurm:{name}"
+        host = self.cfg.master_host or det.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        self.master_url = f"http://{host}:{self.cfg.master_port or det.port}"
+        self.pools = {p.name for p in det.resource_pools if p.resource_manager == name}
+        # An RM object lives for one call (registry.py builds it): what must outlast it is kept
+        # with the app.
+        store = current_app.extensions.setdefault("detlab.slurm", {})
+        self.health: _Health = store.setdefault(name, _Health())
+        self.pool_notes = self.health.pool_notes
+
+    def _failed(self, what: str, stderr: str) -> str:
+        """A Slurm command failed: munge's failure in one clear line, logged once per outage
+        rather than on every tick; the line is returned for the task's log."""
+        line = health.munge_failure(stderr) or f"{what} failed: {cli.slurm_words(stderr)}"
+        if line != self.health.failing:
+            log.error("%s", line)
+            self.health.failing = line
+        return line
+
+    def _worked(self) -> None:
+        if self.health.failing is not None:
+            log.warning("Slurm answers again (after: %s)", self.health.failing)
+            self.health.failing = None
+
+    # -- capacity ---------------------------------------------------------------------------
+
+    def capacity(self, pools: set[str]) -> list[AgentView]:
+        """One view per partition: its slots from `sinfo` (Slurm, not detlab, decides where
+        they go, so every slot counts as free)."""
+        out = run_cli(list(cli.SINFO_ARGV))
+        if out.returncode != 0:
+            line = self._failed("sinfo", out.stderr)
+            for pool in pools:  # the failure itself is logged once, in _failed
+                self.pool_notes[pool] = line
+            return []
+        self._worked()
+        rows = cli.parse_sinfo(out.stdout)
+        views = []
+        for pool in sorted(pools):
+            row = rows.get(pool)
+            self._note(pool, health.pool_note(row, pool))
+            if row is None or not row.up:
+                continue
+            total = cli.partition_slots(row, self.cfg.slot_type_of(pool))
+            views.append(AgentView(id=f"{self.agent_id}:{pool}", pool=pool, free=(), total=total))
+        return views
+
+    def _note(self, pool: str, note: str | None) -> None:
+        if note == self.pool_notes.get(pool):
+            return
+        if note:
+            log.warning("pool %s: %s", pool, note)
+            self.pool_notes[pool] = note
+        else:
+            log.info("pool %s: its Slurm partition's nodes take jobs again", pool)
+            self.pool_notes.pop(pool, None)
+
+    # -- submission -------------------------------------------------------------------------
+
+    def job_dir(self, alloc_id: str) -> Path:
+        return Path(self.cfg.job_storage_root) / alloc_id
+
+    def start(self, task: Task, placements: Placements) -> Allocation:
+        """Write the allocation's spec and batch script to its job directory and `sbatch` it.
+        A refusal no wait can help ends the allocation as "can never fit" in Slurm's words."""
+        from master.services.task.launch import start_spec
+        from master.services.task.tasks import allocation_exited, task_pool
+
+        alloc = new_allocation(task, ((self.agent_id, ()),))
+        pool = task_pool(task)
+        spec = start_spec(alloc, self.agent_id)
+        job_dir = self.job_dir(alloc.id)
+        u = spec.user
+        user = cli.JobUser(u.unix_user, u.uid, u.gid) if u else cli.JobUser()
+        try:
+            self._write_job(job_dir, spec.to_json(), user)
+        except OSError as e:
+            allocation_exited(alloc, None, f"cannot write the Slurm job's files: {e}")
+            return alloc
+        sub = cli.Submission(
+            task_id=task.id,
+            allocation_id=alloc.id,
+            partition=pool,
+            slots=_slots_of(task),
+            job_dir=str(job_dir),
+        )
+        out = run_cli(cli.sbatch_argv(self.cfg, sub, user, as_root=os.geteuid() == 0))
+        if out.returncode != 0:
+            words = cli.slurm_words(out.stderr)
+            munge = health.munge_failure(out.stderr)
+            if munge:
+                write_line(alloc, munge)
+                allocation_exited(alloc, None, self._failed("sbatch", out.stderr))
+            elif cli.refusal_never_fits(out.stderr):
+                write_line(alloc, f"can never fit: Slurm refused the job: {words}")
+                allocation_exited(alloc, None, f"can never fit: {words}", ExitCause.NEVER_FITS)
+            else:
+                allocation_exited(alloc, None, f"sbatch failed: {words}")
+            return alloc
+        self._worked()
+        job_id = cli.parse_job_id(out.stdout)
+        # A trial is RUNNING once its harness reports (harness_reported), not when Slurm starts
+        # the batch script; a command has no harness, so Slurm's word is all there is.
+        awaits = task.type == TaskType.TRIAL
+        set_container(
+            alloc,
+            self.agent_id,
+            slurm_job_id=job_id,
+            log_offset=0,
+            awaits_harness=awaits,
+            partition=pool,
+        )
+        write_line(alloc, f"submitted to Slurm as job {job_id} (partition {pool})")
+        return alloc
+
+    def _write_job(self, job_dir: Path, spec: dict[str, Any], user: cli.JobUser) -> None:
+        job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        doc = {"spec": spec, "master_url": self.master_url, "agent_id": self.agent_id}
+        # The spec holds the allocation's session token: readable by its owner only.
+        fd = os.open(job_dir / cli.SPEC_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        code_root = str(Path(master.__file__).resolve().parent.parent)
+        script = cli.job_script(sys.executable, code_root, str(job_dir), self.cfg.path)
+        (job_dir / cli.SCRIPT_FILE).write_text(script)
+        (job_dir / cli.SCRIPT_FILE).chmod(0o700)
+        # The job runs as the linked Unix user: the directory (where Slurm writes its output and
+        # the job its status) and the spec with the session token become that user's alone.
+        # Only root can give files away; a master that is not root keeps them its own.
+        if user.uid is not None and os.geteuid() == 0:
+            gid = user.gid if user.gid is not None else user.uid
+            for path in (job_dir, job_dir / cli.SPEC_FILE, job_dir / cli.SCRIPT_FILE):
+                os.chown(path, user.uid, gid)
+
+    # -- stopping ---------------------------------------------------------------------------
+
+    def preempt(self, alloc: Allocation) -> bool:
+        """A trial hears the preemption from the master (as on agents), checkpoints and exits;
+        a command cannot checkpoint, so its job is cancelled and it queues again."""
+        if not request_preemption(alloc, alloc.trial_id):
+            return False
+        if alloc.task.type != TaskType.TRIAL:
+            self._scancel(alloc)
+        return True
+
+    def kill(self, alloc: Allocation) -> None:
+        alloc.kill_requested = True
+        if self._scancel(alloc):
+            set_container(alloc, self.agent_id, kill_sent=True)
+
+    def _scancel(self, alloc: Allocation, signal: str | None = None) -> bool:
+        job_id = containers_of(alloc).get(self.agent_id, {}).get("slurm_job_id")
+        if not job_id:
+            return False
+        argv = ["scancel", *(["--batch", f"--signal={signal}"] if signal else []), job_id]
+        out = run_cli(argv)
+        if out.returncode != 0:
+            log.warning("scancel %s failed: %s", job_id, out.stderr.strip())
+        return out.returncode == 0
+
+    def status(self, alloc: Allocation) -> AllocationStatus:
+        return AllocationStatus(
+            running=alloc.state == AllocationState.RUNNING,
+            exited=alloc.state == AllocationState.TERMINATED,
+            exit_code=alloc.exit_code,
+            error=alloc.exit_reason,
+        )
+
+    def release(self, alloc: Allocation) -> None:
+        """Nothing is booked in detlab; the spec (with its revoked token) is removed, the
+        output file kept for whoever debugs the job."""
+        try:
+            (self.job_dir(alloc.id) / cli.SPEC_FILE).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    # -- tracking ---------------------------------------------------------------------------
+
+    def live_allocations(self) -> list[Allocation]:
+        allocs = db.session.execute(
+            select(Allocation).where(
+                Allocation.agent_id == self.agent_id, Allocation.state.in_(LIVE_ALLOCATION)
+            )
+        ).scalars()
+        return list(allocs)
+
+    def refresh(self) -> None:
+        """One `squeue` for every detlab job; ship new output, follow states, record exits.
+        When squeue fails (slurmctld restarting) nothing is concluded: jobs are kept."""
+        from master.services.task.tasks import allocation_exited
+
+        allocs = self.live_allocations()
+        if not allocs:
+            return
+        out = run_cli(list(cli.SQUEUE_ARGV))
+        if out.returncode != 0:  # tracking resumes when it answers
+            self._failed("squeue", out.stderr)
+            for alloc in allocs:
+                self._ship_logs(alloc)
+            return
+        self._worked()
+        rows = cli.parse_squeue(out.stdout)
+        waiting = master_state().scheduling.waiting_reasons
+        for alloc in allocs:
+            self._ship_logs(alloc)
+            mine = containers_of(alloc).get(self.agent_id, {})
+            job_id = mine.get("slurm_job_id")
+            if not job_id:
+                continue
+            # Level-triggered, as agents are: a kill asked anywhere (the user, a preemption
+            # timeout) is sent until the job is seen to end.
+            wants_kill = alloc.kill_requested or bool(mine.get("kill"))
+            if wants_kill and not mine.get("kill_sent") and self._scancel(alloc):
+                set_container(alloc, self.agent_id, kill_sent=True)
+            row = rows.get(alloc.id)
+            phase = row.phase if row is not None else cli.JobPhase.ENDED
+            if phase == cli.JobPhase.PENDING:
+                note = self.pool_notes.get(str(mine.get("partition") or ""))
+                reason = health.pending_reason(row.reason if row else "", note)
+                if reason:
+                    waiting[alloc.task_id] = reason
+                continue
+            waiting.pop(alloc.task_id, None)
+            if phase == cli.JobPhase.RUNNING:
+                if alloc.state == AllocationState.ASSIGNED:
+                    self._started(alloc, job_id, mine, waiting)
+                self._take_notice(alloc, job_id)
+                continue
+            self._take_notice(alloc, job_id)
+            code = self._exit_status(alloc)
+            self._ship_logs(alloc)  # whatever the job wrote last
+            set_container(alloc, self.agent_id, exited=True, exit_code=code)
+            # Slurm's preemption is not the trial's fault: its restarts are not spent.
+            noticed = containers_of(alloc).get(self.agent_id, {}).get("slurm_notice")
+            cause = ExitCause.BACKEND_PREEMPTED if noticed else None
+            if code is not None:
+                allocation_exited(alloc, code, None, cause if code != 0 else None)
+            else:
+                allocation_exited(alloc, None, cli.ended_without_status(row, job_id), cause)
+        db.session.commit()
+
+    def _started(
+        self, alloc: Allocation, job_id: str, mine: dict[str, Any], waiting: dict[str, str]
+    ) -> None:
+        """Slurm runs the job: RUNNING at once unless a harness is to report first."""
+        from master.services.transitions import set_allocation_state
+
+        first = not mine.get("started_at")
+        if first:
+            set_container(alloc, self.agent_id, started_at=utcnow().isoformat())
+        if not mine.get("awaits_harness"):
+            set_allocation_state(alloc, AllocationState.RUNNING, f"Slurm job {job_id} runs")
+            return
+        if first:
+            write_line(alloc, f"Slurm job {job_id} started; waiting for the harness to report")
+        waiting[alloc.task_id] = f"started in Slurm as job {job_id}, waiting for the harness"
+
+    def _take_notice(self, alloc: Allocation, job_id: str) -> None:
+        """Slurm's USR1 (the launcher left a notice file): ask the trial to checkpoint and exit,
+        as any preemption does; detlab queues it again (the job was submitted --no-requeue)."""
+        if containers_of(alloc).get(self.agent_id, {}).get("slurm_notice"):
+            return
+        if not (self.job_dir(alloc.id) / cli.NOTICE_FILE).exists():
+            return
+        set_container(alloc, self.agent_id, slurm_notice=True)
+        if request_preemption(alloc, alloc.trial_id):
+            write_line(
+                alloc,
+                f"Slurm wants job {job_id} back (preemption or its time limit): "
+                + (
+                    "the trial checkpoints, exits and queues again"
+                    if alloc.trial_id is not None
+                    else "it stops and queues again"
+                ),
+            )
+
+    def _exit_status(self, alloc: Allocation) -> int | None:
+        try:
+            return cli.parse_status((self.job_dir(alloc.id) / cli.STATUS_FILE).read_text())
+        except OSError:
+            return None
+
+    def _ship_logs(self, alloc: Allocation) -> None:
+        """The job's complete new output lines into the task's logs; the offset lives with the
+        allocation, so a restarted master neither loses nor repeats lines."""
+        offset = int(containers_of(alloc).get(self.agent_id, {}).get("log_offset") or 0)
+        try:
+            with open(self.job_dir(alloc.id) / cli.OUTPUT_FILE, "rb") as f:
+                f.seek(offset)
+                chunk = f.read(LOG_CHUNK_BYTES)
+        except OSError:
+            return
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return
+        lines = chunk[: end + 1].decode("utf-8", errors="replace").splitlines()
+        now = utcnow().isoformat()
+        entries = [
+            {"allocation_id": alloc.id, "stream": "stdout", "timestamp": now, "line": line}
+            for line in lines
+        ]
+        set_container(alloc, self.agent_id, log_offset=offset + end + 1)
+        ingest_agent_logs(self.agent_id, entries)
+
+
+def _slots_of(task: Task) -> int:
+    if task.trial_id is not None:
+        from master.models import Trial
+
+        trial = db.session.get(Trial, task.trial_id)
+        assert trial is not None
+        return int(trial.experiment.conf.resources.slots_per_trial)
+    return int(task.slots or 0)

@@ -1,0 +1,58 @@
+"""What detlab says when Slurm itself is unwell (pure: no I/O): a partition whose nodes are
+down or drained, a job pending because of them, and munge (Slurm's authentication) failing.
+
+Each becomes one line a Slurm admin recognises, instead of Slurm's raw words repeated on
+every tick (master/rm/slurm.py logs a munge failure once per outage)."""
+
+from __future__ import annotations
+
+from master.rm.slurm_cli import PartitionRow
+
+# Slurm's pending reasons that mean "the nodes this job could use are down or drained".
+_NODE_REASONS = ("ReqNodeNotAvail", "NodeDown", "Nodes_required_for_job_are_DOWN")
+
+
+def pool_note(row: PartitionRow | None, partition: str) -> str | None:
+    """The pool's message when its partition is missing, down, or has nodes that take no job."""
+    if row is None:
+        return f"Slurm has no partition {partition}"
+    if not row.up:
+        return f"Slurm partition {partition} is down"
+    if row.unusable == 0:
+        return None
+    states = ", ".join(sorted(set(row.unusable_states)))
+    if row.unusable == row.nodes:
+        return f"every node of Slurm partition {partition} is down or drained ({states})"
+    return (
+        f"{row.unusable} of {row.nodes} nodes of Slurm partition {partition} "
+        f"are down or drained ({states})"
+    )
+
+
+def pending_reason(reason: str, note: str | None) -> str | None:
+    """Slurm's pending reason as detlab's queue reason; a reason about unavailable nodes says
+    so in detlab's words too (with the pool's note when there is one)."""
+    reason = reason.strip()
+    if not reason or reason in ("None", "(null)"):
+        return None
+    if any(k in reason for k in _NODE_REASONS) or (note and "down or drained" in note):
+        why = note or "the nodes it needs are down or drained"
+        return f"waiting in Slurm: {why} (Slurm: {reason})"
+    return f"waiting in Slurm: {reason}"
+
+
+def munge_failure(stderr: str) -> str | None:
+    """One line when a Slurm command failed because munge did (munged down, a wrong key, an
+    unreachable socket, clocks apart); None for any other failure."""
+    text = stderr.lower()
+    if "munge" not in text and "authentication credential" not in text:
+        return None
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    # Slurm's first munge line is advice ("If munged is up, restart with --num-threads=10");
+    # the line that says what failed is the one wanted.
+    first = next((ln for ln in lines if "munge" in ln.lower() and "fail" in ln.lower()), "")
+    first = first or next((ln for ln in lines if "munge" in ln.lower()), lines[0] if lines else "")
+    return (
+        "Slurm's authentication (munge) fails: is munged running with the cluster's key on "
+        f"the master's host? Slurm said: {first}"
+    )

@@ -1,0 +1,1 @@
+"""Agents: their polls (registration, heartbeat, work), credentials, Unix identities, listings."""

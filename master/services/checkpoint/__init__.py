@@ -1,0 +1,1 @@
+"""Checkpoints: registration and state."""

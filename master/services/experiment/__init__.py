@@ -1,0 +1,2 @@
+"""Experiments: submission, state changes, edits, listings, model definitions,
+templates, the searcher's operations."""

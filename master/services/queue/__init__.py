@@ -1,0 +1,1 @@
+"""The scheduling pass and the job queue people see."""

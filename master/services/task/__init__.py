@@ -1,0 +1,2 @@
+"""Tasks and their allocations: commands, notebooks, shells, TensorBoards, launch
+specs, the idle reaper."""

@@ -1,0 +1,1 @@
+"""Trials: exits and searcher reports, metrics, logs and the reads people make of them."""
