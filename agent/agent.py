@@ -18,19 +18,20 @@ from typing import Any
 from agent import __version__
 from agent.client import AgentClient, Backoff
 from agent.devices import Slot, sample_stats
+from agent.identity import Isolation
 from agent.logs import LogShipper
 from agent.modeldef import ModelDefCache
-from agent.runtime import EXITED, Runtime
+from agent.runtime import Runtime
 from detlab.protocol import (
     ActionType,
-    AllocationReport,
     PollReply,
     PollRequest,
     ProtocolError,
     ReportedState,
     SlotReport,
+    StartSpec,
 )
-from harness.api import DetError, Forbidden, Unauthenticated
+from harness.api import BadRequest, DetError, Forbidden, Unauthenticated
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,11 @@ class Agent:
         resource_pool: str = "default",
         poll_wait: float = 20.0,
         hostname: str | None = None,
+        isolation: Isolation | None = None,
     ) -> None:
         self.agent_id = agent_id
+        # Told to the master in every poll (None: say nothing, as tests driving an Agent do).
+        self.acceptance = None if isolation is None else isolation.acceptance()
         self.client = client
         self.runtime = runtime
         self.shipper = shipper
@@ -90,7 +94,7 @@ class Agent:
         """Kill every allocation (gracefully), ship their logs, report their exits, stop."""
         self.stopping.set()
         self.client.abort.set()  # other threads' retry loops give up now
-        running = [a["id"] for a in self.runtime.states() if a["state"] != EXITED]
+        running = [a.id for a in self.runtime.states() if a.state != ReportedState.EXITED]
         if running:
             log.info("shutting down: stopping %d allocation(s)", len(running))
         if not self.runtime.shutdown():
@@ -117,14 +121,12 @@ class Agent:
             version=__version__,
             runtime=self.runtime.name,
             hostname=self.hostname,
+            acceptance=self.acceptance,
             slots=tuple(
                 SlotReport.parse({**slot, "stats": st}, f"slots[{i}]")
                 for i, (slot, st) in enumerate(zip(self.slots, stats, strict=True))
             ),
-            allocations=tuple(
-                AllocationReport.parse(a, f"allocations[{i}]")
-                for i, a in enumerate(self.runtime.states())
-            ),
+            allocations=tuple(self.runtime.states()),
             wait=wait,
         )
 
@@ -162,9 +164,11 @@ class Agent:
             except (Unauthenticated, Forbidden) as e:
                 if not registered:
                     self.fatal = (
-                        f"the master at {self.client.master_url} refused this agent's token "
-                        f"(HTTP {e.status}): give it the cluster's agent token (DET_AGENT_TOKEN, "
-                        "or agent_token in the master's --data-dir on the master's machine)"
+                        f"the master at {self.client.master_url} refused this agent's "
+                        f"credential (HTTP {e.status}: {e}): if an admin reset it (det agent "
+                        "reset-credential) or it belongs to another cluster, remove "
+                        "agent-<id>.credential from the agent's --data-dir and start it again "
+                        "with the cluster's agent token (DET_AGENT_TOKEN)"
                     )
                     log.error("%s", self.fatal)
                     self.stop()
@@ -174,16 +178,29 @@ class Agent:
                 if refused_logged is None or time.monotonic() - refused_logged > 60:
                     refused_logged = time.monotonic()
                     log.error(
-                        "the master at %s refused this agent's token (HTTP %s): the cluster's "
-                        "agent token changed? give this agent the master's token "
-                        "(DET_AGENT_TOKEN, or agent_token in the master's --data-dir) and restart "
-                        "it; retrying with back-off (next in %.0f s, at most every %.0f s)",
+                        "the master at %s refused this agent's credential (HTTP %s): reset by an "
+                        "admin (det agent reset-credential)? remove agent-<id>.credential from "
+                        "this agent's --data-dir and restart it with the cluster's agent token "
+                        "(DET_AGENT_TOKEN); retrying with back-off (next in %.0f s, at most "
+                        "every %.0f s)",
                         self.client.master_url,
                         e.status,
                         delay,
                         refused.cap,
                     )
                 self.stopping.wait(delay)
+                continue
+            except BadRequest as e:
+                if e.path == "resource_pool":  # --resource-pool names no pool: retrying cannot help
+                    self.fatal = (
+                        f"the master at {self.client.master_url} refused this agent's pool: "
+                        f"{e.message} (restart det-agent with --resource-pool NAME)"
+                    )
+                    log.error("%s", self.fatal)
+                    self.stop()
+                    return
+                log.error("poll failed: %s", e)
+                self.stopping.wait(backoff.next())
                 continue
             except DetError as e:
                 if self.stopping.is_set():
@@ -218,7 +235,7 @@ class Agent:
             time.sleep(0.02)  # coalesce a burst of changes into one poll
             if self.stopping.is_set():
                 return
-            if any(a["state"] == EXITED for a in self.runtime.states()):
+            if any(a.state == ReportedState.EXITED for a in self.runtime.states()):
                 # Deliver the trial's last lines before the master hears that it ended.
                 self.shipper.flush(timeout=5.0)
             try:
@@ -248,7 +265,7 @@ class Agent:
         for action in reply.actions:
             try:
                 if action.type == ActionType.START and action.spec is not None:
-                    self._start(action.spec.to_json())
+                    self._start(action.spec)
                 elif action.type == ActionType.DELETE_CHECKPOINT:
                     from agent.ckpt_gc import delete_checkpoint
 
@@ -259,26 +276,28 @@ class Agent:
                     ).start()
                 elif action.type == ActionType.KILL:
                     aid = action.allocation_id
-                    if any(a["id"] == aid and a["state"] != EXITED for a in self.runtime.states()):
+                    if any(
+                        a.id == aid and a.state != ReportedState.EXITED
+                        for a in self.runtime.states()
+                    ):
                         log.info("kill %s", aid)
                     self.runtime.kill(aid)
             except Exception:
                 log.exception("cannot apply action %r", action)
 
-    def _start(self, spec: dict[str, Any]) -> None:
-        # The runtimes take the start spec as its JSON form (StartSpec.to_json()).
-        aid = str(spec["allocation_id"])
+    def _start(self, spec: StartSpec) -> None:
+        aid = spec.allocation_id
         if self.stopping.is_set() or not self.runtime.reserve(aid):
             log.debug("start %s: already known, ignored", aid)
             return
-        log.info("start %s (trial %s)", aid, spec.get("trial_id"))
+        log.info("start %s (trial %s)", aid, spec.trial_id)
         threading.Thread(
             target=self._launch, args=(spec,), name=f"launch-{aid}", daemon=True
         ).start()
 
-    def _launch(self, spec: dict[str, Any]) -> None:
+    def _launch(self, spec: StartSpec) -> None:
         """Download the model definition and start the allocation, off the polling threads."""
-        aid = str(spec["allocation_id"])
+        aid = spec.allocation_id
         try:
             path = self.model_defs.fetch(spec)
         except Exception as e:

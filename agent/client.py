@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from harness.api import API_PREFIX, APIError, Session
+from harness.api import API_PREFIX, APIError, Session, retry_call
+from harness.api import Backoff as Backoff  # the one delay sequence; agent.py and logs.py use it
 from harness.api import is_transient as api_is_transient
 
 log = logging.getLogger(__name__)
@@ -24,23 +25,6 @@ T = TypeVar("T")
 # The long poll may hold the request up to `wait` seconds; allow this much on top before giving up.
 POLL_SLACK_S = 15.0
 DOWNLOAD_TIMEOUT_S = 300.0
-
-
-class Backoff:
-    """Capped exponential delays between retries: 0.2 s, 0.4 s, ... up to 5 s."""
-
-    def __init__(self, first: float = 0.2, cap: float = 5.0) -> None:
-        self.first = first
-        self.cap = cap
-        self._delay = first
-
-    def next(self) -> float:
-        delay = self._delay
-        self._delay = min(self._delay * 2, self.cap)
-        return delay
-
-    def reset(self) -> None:
-        self._delay = self.first
 
 
 def is_unavailable(err: BaseException) -> bool:
@@ -151,25 +135,26 @@ class AgentClient:
         deadline: float | None,
         retry_if: Callable[[BaseException], bool] = is_transient,
     ) -> T:
-        backoff = Backoff()
-        while True:
-            try:
-                result = fn()
-            except Exception as e:
-                if not retry_if(e):
-                    raise
-                self._note_down(what, e)
-                delay = backoff.next()
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise
-                    time.sleep(min(delay, remaining))
-                elif self.abort.is_set() or self.abort.wait(delay):
-                    raise
-                continue
-            self._note_up()
-            return result
+        # With a deadline: the last wait is cut to it, and `abort` is ignored; without one, an
+        # abort raises the last error at once, even mid-wait.
+        def wait_for(err: BaseException, delay: float) -> float:
+            return delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic()))
+
+        def give_up(wait: float) -> bool:
+            return deadline is not None and deadline - time.monotonic() <= 0
+
+        result = retry_call(
+            fn,
+            retry_if=lambda e: isinstance(e, Exception) and retry_if(e),
+            first=0.2,
+            cap=5.0,
+            wait_for=wait_for,
+            give_up=give_up,
+            interrupt=self.abort if deadline is None else None,
+            on_retry=lambda err, wait, failures: self._note_down(what, err),
+        )
+        self._note_up()
+        return result
 
     def _note_down(self, what: str, err: BaseException) -> None:
         with self._lock:

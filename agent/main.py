@@ -15,10 +15,14 @@ from typing import Any
 from agent import __version__
 from agent.agent import Agent
 from agent.client import AgentClient
+from agent.credential import CredentialError, credential_path, exchange, read_credential
 from agent.devices import discover_slots
+from agent.identity import DERIVED_UID_BASE, Isolation, Mode
+from agent.images import BUILD_HINT, default_image, slot_kind
 from agent.logs import LogShipper
 from agent.modeldef import ModelDefCache
 from agent.runtime import Runtime, RuntimeContext
+from agent.runtime._dirs import prepare_agent_dirs
 from detlab.constants import DEFAULT_MASTER_URL
 from harness.api import Session
 
@@ -95,6 +99,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="docker: keep the newest N failed containers for debugging (default: 3)",
     )
+    p.add_argument(
+        "--shared-unisolated",
+        action="store_true",
+        default=os.environ.get("DET_AGENT_SHARED_UNISOLATED", "") == "1",
+        help="run every user's trials as this agent's own Unix user: trials can then read each "
+        "other's data and this agent's credential (default: off; an agent that is not root "
+        "then runs only trials of the detlab user linked to its own uid; "
+        "DET_AGENT_SHARED_UNISOLATED=1 turns it on)",
+    )
+    p.add_argument(
+        "--derived-uid-base",
+        type=int,
+        default=DERIVED_UID_BASE,
+        metavar="UID",
+        help="trials of a detlab user not linked to a Unix user run as uid = gid = UID + the "
+        "user's id (default: %(default)s)",
+    )
     p.add_argument("--resource-pool", default="default", help="resource pool to join")
     p.add_argument(
         "--interruption-url",
@@ -158,6 +179,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def agent_secret(args: argparse.Namespace) -> tuple[str, bool]:
+    """(secret, is_credential): this agent's own credential kept in its data dir, else the
+    cluster's join token to exchange for one (`exchange_join_token`). Raises CredentialError."""
+    credential = read_credential(credential_path(args.data_dir, args.agent_id))
+    if credential:
+        return credential, True
+    token = read_token(args.data_dir)
+    if not token:
+        raise CredentialError(
+            "no agent token: the master writes the cluster's agent token to "
+            f"{TOKEN_FILE} in the MASTER's data dir (det-master --data-dir; scripts/quickstart: "
+            ".data/quickstart/agent_token). On another machine: DET_AGENT_TOKEN=$(ssh MASTER-HOST "
+            f"cat MASTER-DATA-DIR/{TOKEN_FILE}) det-agent --master URL. On the master's machine, "
+            f"give det-agent the master's --data-dir (this agent looked in "
+            f"{args.data_dir / TOKEN_FILE})"
+        )
+    return token, False
+
+
+def exchange_join_token(args: argparse.Namespace, token: str) -> str:
+    return exchange(
+        args.master, token, args.agent_id, credential_path(args.data_dir, args.agent_id)
+    )
+
+
 def read_token(data_dir: Path) -> str | None:
     """The cluster's agent token: $DET_AGENT_TOKEN, else the file a local master wrote."""
     token = os.environ.get("DET_AGENT_TOKEN", "").strip()
@@ -170,27 +216,58 @@ def read_token(data_dir: Path) -> str | None:
 
 
 def make_runtime(name: str, ctx: RuntimeContext, docker_options: Any = None) -> Runtime:
-    """The runtime named by --runtime. `auto` is docker when the engine answers, else process
-    (with a log line that says why). Raises for `docker` when the engine cannot be used."""
+    """The runtime named by --runtime. `auto` is docker when the engine answers, else process;
+    a log line says which runtime, why, and what trials run in (see `runtime_note`). Raises for
+    `docker` when the engine cannot be used."""
+    why = f"--runtime {name}"
     if name in ("docker", "auto"):
         try:
             from agent.runtime.docker import DockerRuntime, DockerUnavailable
         except ImportError as e:  # pragma: no cover - the SDK is a dependency
             if name == "docker":
                 raise
-            log.info("runtime auto: the docker runtime cannot load (%s): using process", e)
+            why = f"--runtime auto and the docker runtime cannot load ({e})"
         else:
             try:
-                return DockerRuntime(ctx, docker_options)
+                runtime: Runtime = DockerRuntime(ctx, docker_options)
             except DockerUnavailable as e:
                 if name == "docker":
                     raise
-                log.info("runtime auto: %s; using the process runtime", e)
+                why = f"--runtime auto and {e}"
+            else:
+                if name == "auto":
+                    why = "--runtime auto and the Docker engine answers"
+                log.info("%s", runtime_note(runtime, why, ctx.slots))
+                return runtime
     if name in ("process", "auto"):
         from agent.runtime.process import ProcessRuntime
 
-        return ProcessRuntime(ctx)
+        runtime = ProcessRuntime(ctx)
+        log.info("%s", runtime_note(runtime, why, ctx.slots))
+        return runtime
     raise ValueError(f"unknown runtime {name!r}")
+
+
+def runtime_note(runtime: Runtime, why: str, slots: list[dict[str, Any]]) -> str:
+    """One line for the agent's log: the runtime, why, and what a trial runs in by default."""
+    if runtime.name != "docker":
+        return (
+            f"runtime {runtime.name} ({why}): trials run as local processes; `python3` in an "
+            f"entrypoint is {sys.executable} (its packages are what trials can import)"
+        )
+    gpu = any(s.get("type") == "gpu" for s in slots)
+    image = default_image(gpu)
+    present = getattr(runtime, "image_present", lambda _image: True)(image)
+    state = (
+        "present here"
+        if present
+        else f"NOT on this machine and no registry has it: build it with {BUILD_HINT}, or trials "
+        "that name no image fail"
+    )
+    return (
+        f"runtime docker ({why}): a container per trial; trials that name no environment.image "
+        f"run in {image} (the default for {slot_kind(gpu)} slots; {state})"
+    )
 
 
 def docker_options(args: argparse.Namespace) -> Any:
@@ -217,25 +294,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     setup_logging(args.log_level, args.agent_id)
 
-    token = read_token(args.data_dir)
-    if not token:
-        print(
-            "det-agent: no agent token: set DET_AGENT_TOKEN to the cluster's agent token, or run "
-            f"on the master's machine where it is written to {args.data_dir / TOKEN_FILE} "
-            "(see --data-dir)",
-            file=sys.stderr,
-        )
-        return 2
-
+    isolation = Isolation.detect(shared=args.shared_unisolated, derived_base=args.derived_uid_base)
+    if isolation.mode == Mode.ISOLATED:
+        log.info("trials: %s", isolation.describe())
+    else:
+        log.warning("trials: %s", isolation.describe())
     keep = os.environ.get("DET_AGENT_KEEP_WORKDIRS", "") == "1"
     try:
         slots = discover_slots(args.slots)
-        args.work_dir.mkdir(parents=True, exist_ok=True)
-    except (ValueError, OSError) as e:
+        prepare_agent_dirs(args.data_dir, args.work_dir, isolation.mode == Mode.ISOLATED)
+        secret, is_credential = agent_secret(args)
+    except (ValueError, OSError, CredentialError) as e:
         print(f"det-agent: {e}", file=sys.stderr)
         return 2
+    # The join token is not the agent's to keep; trials never see either (agent/runtime/_env.py).
+    os.environ.pop("DET_AGENT_TOKEN", None)
 
-    session = Session(args.master, token)
+    session = Session(args.master, secret)
     client = AgentClient(session, args.agent_id)
     shipper = LogShipper(client).start()
     ctx = RuntimeContext(
@@ -248,12 +323,20 @@ def main(argv: list[str] | None = None) -> int:
         kill_grace=args.kill_grace,
         keep_workdirs=keep,
         warm_start=args.warm_start,
+        isolation=isolation,
     )
     try:
         runtime = make_runtime(args.runtime, ctx, docker_options(args))
     except Exception as e:  # e.g. the Docker daemon is unreachable
         print(f"det-agent: cannot start the {args.runtime} runtime: {e}", file=sys.stderr)
         return 2
+    if not is_credential:  # after the checks above: a misconfigured agent takes no credential
+        try:
+            session.token = exchange_join_token(args, secret)
+        except CredentialError as e:
+            runtime.shutdown(timeout=1)
+            print(f"det-agent: {e}", file=sys.stderr)
+            return 2
 
     agent = Agent(
         agent_id=args.agent_id,
@@ -264,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         slots=slots,
         resource_pool=args.resource_pool,
         poll_wait=args.poll_wait,
+        isolation=isolation,
     )
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -1,8 +1,11 @@
 """Model definitions: downloaded once per experiment, cached, and extracted safely.
 
 Every trial of an experiment runs the same model directory, so the agent fetches the tarball
-once per (experiment, sha256) and keeps a few in `<work-dir>/cache/`. Extraction uses tarfile's
-"data" filter: a tarball is user input and must not write outside the trial's directory.
+once per (experiment, sha256) and keeps a few in `<work-dir>/cache/`. The cache directory is the
+agent's own (0700, never a trial's), and a cached file is checked against its sha256 on every
+use: one that does not match is logged, removed and fetched again, never run. Without a sha256
+to check against nothing is cached. Extraction uses tarfile's "data" filter: a tarball is user
+input and must not write outside the trial's directory.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import re
 import tarfile
 import threading
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from detlab.protocol import StartSpec
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +50,17 @@ class ModelDefCache:
         with self._lock:
             return self._key_locks.setdefault(name, threading.Lock())
 
-    def fetch(self, spec: dict[str, Any]) -> Path | None:
+    def fetch(self, spec: StartSpec) -> Path | None:
         """The local path of the spec's model definition, or None when it has none."""
-        url = spec.get("model_def_url")
+        url = spec.model_def_url
         if not url:
             return None
-        sha = str(spec.get("model_def_sha256") or "").lower()
-        exp = _safe_name(str(spec.get("experiment_id", "unknown")))
+        sha = (spec.model_def_sha256 or "").lower()
+        exp = _safe_name(str(spec.experiment_id))
         name = f"exp-{exp}-{_safe_name(sha) if sha else 'nosha'}.tar.gz"
         path = self.cache_dir / name
         with self._key_lock(name):
-            if path.is_file():
+            if sha and self._verified(path, sha):
                 os.utime(path)  # most recently used: keep it when pruning
                 return path
             data = self.client.download_model_def(url)
@@ -64,13 +69,39 @@ class ModelDefCache:
                     f"model definition from {url} does not match its sha256 "
                     f"(expected {sha}, got {hashlib.sha256(data).hexdigest()})"
                 )
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            self.cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.cache_dir.chmod(0o700)  # also when an older agent made it
             tmp = path.with_name(f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_bytes(data)
             os.replace(tmp, path)
             log.info("cached model definition %s (%d bytes)", name, len(data))
         self._prune()
         return path
+
+    @staticmethod
+    def _verified(path: Path, sha: str) -> bool:
+        """Whether the cached `path` exists and still hashes to `sha` (a mismatch is removed)."""
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(block)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            log.warning("cannot read the cached model definition %s (%s): fetching again", path, e)
+            return False
+        if digest.hexdigest() == sha:
+            return True
+        log.warning(
+            "the cached model definition %s does not match its sha256 (expected %s, got %s): "
+            "someone changed it; removing it and fetching it again",
+            path,
+            sha,
+            digest.hexdigest(),
+        )
+        path.unlink(missing_ok=True)
+        return False
 
     def _prune(self) -> None:
         try:

@@ -1,9 +1,10 @@
 """What a runtime is: the thing that turns a StartSpec into a running trial and reports on it.
 
-`process` (local processes) lives in process.py; a Docker runtime slots in as docker.py with the
-same constructor (a `RuntimeContext`) and the same methods. The bookkeeping every runtime needs
-(allocation records, idempotence, the change event, the poll's `allocations` format) is here, so
-a runtime only implements launching and killing.
+`process` (local processes) lives in process.py, `docker` (a container per allocation) in
+docker/; both take a `RuntimeContext`, start a typed `StartSpec` and report typed
+`AllocationReport`s, and build a task's environment with the one function in `_env.py`. The
+bookkeeping every runtime needs (allocation records, idempotence, the change event, the poll's
+reports) is here, so a runtime only implements launching and killing.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from detlab.protocol import ExitCause
-
-RUNNING = "RUNNING"
-EXITED = "EXITED"
+from agent.identity import Isolation, TaskIdentity
+from detlab.protocol import AllocationReport, ExitCause, ReportedState, StartSpec
 
 # (allocation_id, stream "stdout"|"stderr", line)
 LogSink = Callable[[str, str, str], None]
@@ -52,6 +51,9 @@ class RuntimeContext:
     warm_start: bool = True
     # the shipper behind `log_sink`, for runtimes that resume logs (docker); None in tests
     log_delivery: LogDelivery | None = None
+    # Which Unix identity each task runs as (agent/identity.py); None: the agent's own, for
+    # tests that drive a runtime directly (det-agent always sets it).
+    isolation: Isolation | None = None
 
 
 @dataclass
@@ -60,7 +62,7 @@ class Allocation:
     (pid null while the model definition downloads) until it has EXITED."""
 
     id: str
-    state: str = RUNNING
+    state: ReportedState = ReportedState.RUNNING
     pid: int | None = None
     exit_code: int | None = None
     error: str | None = None
@@ -71,17 +73,19 @@ class Allocation:
     kill_cause: ExitCause | None = None
     cause: ExitCause | None = None
     handle: Any = None  # the runtime's own object (Popen, container)
+    proxy_port: int | None = None  # where the task listens for the master's proxy
     done: threading.Event = field(default_factory=threading.Event)
 
-    def report(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state,
-            "exit_code": self.exit_code,
-            "pid": self.pid,
-            "error": self.error,
-            "cause": self.cause.value if self.cause else None,
-        }
+    def report(self) -> AllocationReport:
+        return AllocationReport(
+            id=self.id,
+            state=self.state,
+            exit_code=self.exit_code,
+            pid=self.pid,
+            error=self.error,
+            cause=self.cause,
+            proxy_port=self.proxy_port,
+        )
 
     @property
     def kill_reason(self) -> str | None:
@@ -112,7 +116,7 @@ class Runtime(ABC):
             return True
 
     @abstractmethod
-    def start(self, spec: dict[str, Any], model_def_path: Path | None) -> None:
+    def start(self, spec: StartSpec, model_def_path: Path | None) -> None:
         """Launch the allocation (blocking until it runs or failed). Idempotent by id."""
 
     def kill(self, allocation_id: str, cause: ExitCause | None = None) -> None:
@@ -122,7 +126,7 @@ class Runtime(ABC):
         tell a kill it asked for from one it did not."""
         with self._lock:
             rec = self._allocs.get(allocation_id)
-            if rec is None or rec.state == EXITED:
+            if rec is None or rec.state == ReportedState.EXITED:
                 return
             if cause and rec.kill_cause is None:
                 rec.kill_cause = cause
@@ -136,8 +140,8 @@ class Runtime(ABC):
                 return
         self._kill_launched(rec)
 
-    def states(self) -> list[dict[str, Any]]:
-        """Every allocation the agent still has, in the poll's `allocations` format."""
+    def states(self) -> list[AllocationReport]:
+        """Every allocation the agent still has, as the poll reports it."""
         with self._lock:
             return [rec.report() for rec in self._allocs.values()]
 
@@ -145,7 +149,7 @@ class Runtime(ABC):
         """Drop an EXITED allocation once the master has seen it exit."""
         with self._lock:
             rec = self._allocs.get(allocation_id)
-            if rec is None or rec.state != EXITED:
+            if rec is None or rec.state != ReportedState.EXITED:
                 return
             del self._allocs[allocation_id]
             self._finished[allocation_id] = None
@@ -162,7 +166,7 @@ class Runtime(ABC):
                 if allocation_id in self._finished:
                     return
                 rec = self._allocs[allocation_id] = Allocation(allocation_id)
-            if rec.state == EXITED:
+            if rec.state == ReportedState.EXITED:
                 return
             self._exited(rec, exit_code, error, cause)
         self.ctx.log_sink(allocation_id, "stderr", AGENT_LINE_PREFIX + error)
@@ -181,7 +185,7 @@ class Runtime(ABC):
     def shutdown(self, timeout: float | None = None) -> bool:
         """Kill every allocation and wait for them (default: kill grace + 10 s)."""
         with self._lock:
-            ids = [a for a, rec in self._allocs.items() if rec.state != EXITED]
+            ids = [a for a, rec in self._allocs.items() if rec.state != ReportedState.EXITED]
         for aid in ids:
             self.kill(aid, ExitCause.AGENT_SHUTDOWN)
         ok = self.wait_all(self.ctx.kill_grace + 10.0 if timeout is None else timeout)
@@ -189,6 +193,12 @@ class Runtime(ABC):
         return ok
 
     # -- for subclasses --
+
+    def _identity(self, spec: StartSpec) -> TaskIdentity | None:
+        """Who the task runs as (None: the agent's own identity). Raises IdentityRefused."""
+        if self.ctx.isolation is None:
+            return None
+        return self.ctx.isolation.plan(spec)
 
     def _claim(self, allocation_id: str) -> Allocation | None:
         """The record a `start` may launch, or None: already exited, launching or launched.
@@ -200,7 +210,7 @@ class Runtime(ABC):
                 if not self.reserve(allocation_id):
                     return None
                 return self._allocs[allocation_id]
-            if rec.state == EXITED or rec.handle is not None or rec.launching:
+            if rec.state == ReportedState.EXITED or rec.handle is not None or rec.launching:
                 return None
             return rec
 
@@ -214,7 +224,7 @@ class Runtime(ABC):
         thread escalates to SIGKILL after the grace period.
         """
         with self._lock:
-            if rec.killing or rec.state == EXITED:
+            if rec.killing or rec.state == ReportedState.EXITED:
                 return
             rec.killing = True
             handle = rec.handle
@@ -245,7 +255,7 @@ class Runtime(ABC):
         cause: ExitCause | None = None,
     ) -> None:
         with self._lock:
-            rec.state = EXITED
+            rec.state = ReportedState.EXITED
             rec.exit_code = exit_code
             rec.error = error
             rec.cause = cause or rec.kill_cause

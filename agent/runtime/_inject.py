@@ -1,7 +1,7 @@
 """What the Docker runtime injects into every trial container: the harness (with `detlab`, the
-constants and protocol it shares with the master) and its pure-Python
-dependencies (requests, urllib3, idna, certifi, charset_normalizer), so that any image with a
-`python3` runs trials; no detlab-specific image is needed.
+constants and protocol it shares with the master) and its pure-Python dependencies (requests,
+urllib3, idna, certifi, charset_normalizer, tenacity), so that any image with a `python3` runs
+trials; no detlab-specific image is needed.
 
 The packages are copied once from the agent's own interpreter into
 `<work-dir>/docker-inject/lib-<digest>/`, which every container mounts read-only and finds on its
@@ -21,7 +21,16 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-PACKAGES = ("harness", "detlab", "requests", "urllib3", "idna", "certifi", "charset_normalizer")
+PACKAGES = (
+    "harness",
+    "detlab",
+    "requests",
+    "urllib3",
+    "idna",
+    "certifi",
+    "charset_normalizer",
+    "tenacity",
+)
 _SKIP_DIRS = frozenset({"__pycache__", "tests", "testing"})
 _SKIP_SUFFIXES = (".so", ".pyd", ".pyc", ".pyo", ".dylib", ".dll")
 

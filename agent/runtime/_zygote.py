@@ -6,20 +6,24 @@ once, drops the `harness` package itself so that every trial imports its own cop
 environment, and then serves requests on a SOCK_SEQPACKET unix socket:
 
   -> {"op": "spawn", "id": n, "kind": "path"|"module", "target": ..., "args": [...],
-      "cwd": ..., "env": {...}}  with the trial's stdout and stderr fds attached
+      "cwd": ..., "env": {...}, "uid": n|null, "gid": n|null}  with the trial's stdout and
+      stderr fds attached
   <- {"id": n, "pid": pid}  or  {"id": n, "error": "..."}
   <- {"exit": pid, "code": returncode}  when a trial exits (negative: killed by that signal)
 
-A forked trial starts in a new session (so the agent can kill its process group), dies with
-this server (PR_SET_PDEATHSIG), gets the trial's cwd, environment, argv and sys.path, and runs
-its script or module as `__main__`; an uncaught exception or SystemExit then ends it exactly as
-it would end a fresh interpreter. `random` reseeds itself in every fork. Only standard-library
-code lives here: it runs before anything else is imported.
+A forked trial starts in a new session (so the agent can kill its process group), drops to its
+own Unix identity when it has one (groups, gid, uid; umask 077), dies with this server
+(PR_SET_PDEATHSIG, set after the identity change, which clears it), gets the trial's cwd,
+environment, argv and sys.path, and runs its script or module as `__main__`; an uncaught
+exception or SystemExit then ends it exactly as it would end a fresh interpreter. `random`
+reseeds itself in every fork. Only standard-library code lives here: it runs before anything
+else is imported.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import io
 import json
 import os
@@ -34,6 +38,7 @@ from typing import Any
 PRELOAD = ("harness", "harness.core", "harness.api")
 MAX_MESSAGE = 4 * 1024 * 1024
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 
 
 def _preload() -> None:
@@ -102,13 +107,19 @@ def serve(sock: socket.socket) -> dict[str, Any] | None:
 
 
 def _become_trial(job: dict[str, Any]) -> None:
-    """Turn this fork into the trial's process: session, streams, signals, env, cwd, sys.path."""
+    """Turn this fork into the trial's process: session, identity, streams, signals, env, cwd,
+    sys.path."""
     os.setsid()
     try:
         libc: Any = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        libc = None
+    if job.get("hide_processes"):
+        _hide_other_processes()
+    if job.get("uid") is not None:
+        _drop_to(int(job["uid"]), int(job["gid"]), libc)
+    if libc is not None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
     out, err = job["fds"]
     devnull = os.open(os.devnull, os.O_RDONLY)
     for src, dst in ((devnull, 0), (out, 1), (err, 2)):
@@ -144,6 +155,46 @@ def _become_trial(job: dict[str, Any]) -> None:
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(  # type: ignore[misc]  # final in typeshed
         io.BufferedReader(io.FileIO(0, "rb", closefd=False)), encoding=encoding
     )
+
+
+def _load_procfs() -> Any:
+    """agent/runtime/_procfs.py, loaded by path: this server runs as a script, without the
+    `agent` package on its path (and must not put it on the trials')."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_procfs.py")
+    spec = importlib.util.spec_from_file_location("_detlab_procfs", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_PROCFS = _load_procfs()  # before any fork: a trial's fork only calls into it
+
+
+def _hide_other_processes() -> None:
+    """A /proc of its own (agent/runtime/_procfs.py), while still root; a failure ends the
+    fork rather than run the trial seeing everyone's processes."""
+    try:
+        _PROCFS.hide_other_processes()
+    except OSError as e:
+        os.write(2, f"cannot hide other processes from the trial: {e}\n".encode())
+        os._exit(126)
+
+
+def _drop_to(uid: int, gid: int, libc: Any) -> None:
+    """Become `uid`:`gid` for good (no supplementary groups); a failure ends the fork."""
+    try:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    except OSError as e:
+        os.write(2, f"cannot run the trial as {uid}:{gid}: {e}\n".encode())
+        os._exit(126)
+    os.umask(0o077)
+    if libc is not None:
+        # What exec would do: the identity change left it undumpable (its /proc files root's),
+        # which breaks tools that read their own /proc; nothing privileged is left to protect.
+        libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
 
 
 def run_trial(job: dict[str, Any]) -> None:

@@ -17,23 +17,29 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import sysconfig
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from agent.identity import IdentityRefused, Mode, TaskIdentity, unreachable_ancestors
 from agent.modeldef import ModelDefError, extract_model_def
-from agent.runtime import AGENT_LINE_PREFIX, EXITED, Allocation, Runtime, RuntimeContext
+from agent.runtime import AGENT_LINE_PREFIX, Allocation, Runtime, RuntimeContext
+from agent.runtime._dirs import hand_over, make_task_dir, prepare_checkpoint_dir
+from agent.runtime._env import SCRUBBED_ENV, EnvLayout, prepend, task_env
+from agent.runtime._procfs import hide_other_processes
 from agent.runtime.warm import WarmProcess, WarmStarter, warm_form
+from detlab.protocol import ReportedState, StartSpec
 
 log = logging.getLogger(__name__)
 
 # Characters that need a shell; anything else is split with shlex and exec'd directly.
 _SHELL_CHARS = frozenset("|&;<>()$`\\*?[]{}~#!\n")
-# Never hand the cluster's agent token to user code.
-_SCRUBBED_ENV = ("DET_AGENT_TOKEN",)
 
 _PR_SET_PDEATHSIG = 1
 try:
@@ -47,6 +53,27 @@ def _die_with_parent() -> None:
     """preexec_fn: SIGKILL this child when the thread that forked it (the spawner) dies."""
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _become_hidden(ident: TaskIdentity) -> Callable[[], None]:
+    """preexec_fn of a cold start that hides other processes (agent/runtime/_procfs.py).
+    subprocess's own `user=` switches before preexec_fn, too late to mount /proc, so this does
+    the whole switch, in the warm start's order: /proc, groups, gid, uid, umask, death signal.
+    A failure ends the child (126) with the reason on its stderr, never runs the trial."""
+
+    def preexec() -> None:
+        try:
+            hide_other_processes()
+            os.setgroups([])
+            os.setresgid(ident.gid, ident.gid, ident.gid)
+            os.setresuid(ident.uid, ident.uid, ident.uid)
+        except OSError as e:
+            os.write(2, f"cannot start the trial as {ident.uid}:{ident.gid}: {e}\n".encode())
+            os._exit(126)
+        os.umask(0o077)
+        _die_with_parent()
+
+    return preexec
 
 
 class _Spawner:
@@ -126,33 +153,6 @@ def alias_dir(root: str | None) -> str:
     return str(Path(root) / "harness" / "_alias") if root else ""
 
 
-def _user_env_vars(environment: Any, gpu: bool) -> dict[str, str]:
-    """`environment.environment_variables` in any of Determined's forms: a mapping, a list of
-    "K=V", or per-device lists `{cpu: [...], cuda: [...]}`."""
-    if not environment:
-        return {}
-    raw = environment.get("environment_variables") if isinstance(environment, dict) else None
-    if not raw:
-        return {}
-    if isinstance(raw, dict) and set(raw) <= {"cpu", "cuda", "gpu", "rocm"}:
-        raw = raw.get("cuda" if gpu else "cpu") or (raw.get("gpu") if gpu else None) or []
-    out: dict[str, str] = {}
-    if isinstance(raw, dict):
-        out = {str(k): "" if v is None else str(v) for k, v in raw.items()}
-    elif isinstance(raw, list):
-        for item in raw:
-            key, sep, value = str(item).partition("=")
-            if sep and key:
-                out[key] = value
-    return out
-
-
-def _prepend(path_var: str | None, first: list[str]) -> str:
-    parts = [p for p in first if p]
-    rest = [p for p in (path_var or "").split(os.pathsep) if p and p not in parts]
-    return os.pathsep.join(parts + rest)
-
-
 def _safe_dir_name(allocation_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", allocation_id).lstrip(".") or "allocation"
 
@@ -186,14 +186,16 @@ class ProcessRuntime(Runtime):
 
     def __init__(self, ctx: RuntimeContext) -> None:
         super().__init__(ctx)
+        self._harness_root = harness_root()
+        if ctx.isolation is not None and ctx.isolation.mode == Mode.ISOLATED:
+            _check_reachable(ctx.work_dir, self._harness_root)
         if not ctx.keep_workdirs:
             sweep_work_dir(ctx.work_dir, set())
         self._spawner = _Spawner()
-        self._harness_root = harness_root()
         self._warm: WarmStarter | None = None
         if ctx.warm_start:
-            server_env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
-            server_env["PYTHONPATH"] = _prepend(
+            server_env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV}
+            server_env["PYTHONPATH"] = prepend(
                 server_env.get("PYTHONPATH"), [self._harness_root or ""]
             )
             self._warm = WarmStarter(self._start_server, server_env)
@@ -203,60 +205,65 @@ class ProcessRuntime(Runtime):
 
     # -- environment --
 
-    def build_env(self, spec: dict[str, Any], workdir: Path) -> dict[str, str]:
-        """The trial's environment: agent env < user env vars < master's DET_* < agent's own."""
-        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
-        slot_types = {int(s["index"]): s.get("type") for s in self.ctx.slots}
-        indexes = [int(i) for i in spec.get("slot_indexes") or []]
-        gpus = [i for i in indexes if slot_types.get(i) == "gpu"]
-        env.update(_user_env_vars(spec.get("environment"), gpu=bool(gpus)))
-        env.update(
-            {str(k): "" if v is None else str(v) for k, v in (spec.get("env") or {}).items()}
+    def build_env(
+        self, spec: StartSpec, workdir: Path, ident: TaskIdentity | None = None
+    ) -> dict[str, str]:
+        """The trial's environment (agent/runtime/_env.py), starting from the agent's own."""
+        layout = EnvLayout(
+            inherited=dict(os.environ),
+            code_dirs=(self._harness_root or "", str(workdir), alias_dir(self._harness_root)),
+            path_first=(os.path.dirname(sys.executable),),
+            home=None if ident is None else ident.home or str(workdir),
+            user=None if ident is None else ident.name,
         )
-        env["DET_MASTER"] = self.ctx.master_url
-        env["DET_AGENT_ID"] = self.ctx.agent_id
-        env.setdefault("DET_ALLOCATION_ID", str(spec["allocation_id"]))
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpus)
-        if gpus:
-            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA's numbering then matches NVML's
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PATH"] = _prepend(env.get("PATH") or os.defpath, [os.path.dirname(sys.executable)])
-        env["PYTHONPATH"] = _prepend(
-            env.get("PYTHONPATH"),
-            [self._harness_root or "", str(workdir), alias_dir(self._harness_root)],
+        return task_env(
+            spec,
+            slots=self.ctx.slots,
+            master_url=self.ctx.master_url,
+            agent_id=self.ctx.agent_id,
+            layout=layout,
         )
-        return env
 
     # -- lifecycle --
 
-    def start(self, spec: dict[str, Any], model_def_path: Path | None) -> None:
-        aid = str(spec["allocation_id"])
+    def start(self, spec: StartSpec, model_def_path: Path | None) -> None:
+        aid = spec.allocation_id
         rec = self._claim(aid)
         if rec is None:
             return
         workdir = self.ctx.work_dir / _safe_dir_name(aid)
         try:
-            argv = build_argv(spec.get("entrypoint"))
+            ident = self._identity(spec)
+            argv = build_argv(spec.entrypoint)
             if workdir.exists():
                 shutil.rmtree(workdir)
-            workdir.mkdir(parents=True)
+            make_task_dir(workdir)
             if model_def_path is not None:
                 extract_model_def(model_def_path, workdir)
-            env = self.build_env(spec, workdir)
+            hand_over(workdir, ident)
+            prepare_checkpoint_dir(spec.checkpoint_storage, ident)
+            env = self.build_env(spec, workdir, ident)
+            if spec.proxy:
+                rec.proxy_port = free_tcp_port()
+                env["DET_TASK_PORT"] = str(rec.proxy_port)
+        except IdentityRefused as e:
+            self._remove(workdir)
+            self.fail(aid, 1, f"allocation {aid} refused: {e}")
+            return
         except (ModelDefError, ValueError, OSError) as e:
             self._remove(workdir)
             self.fail(aid, 1, f"cannot prepare allocation {aid}: {e}")
             return
         with self._lock:
-            if rec.state == EXITED:  # killed while we were preparing
+            if rec.state == ReportedState.EXITED:  # killed while we were preparing
                 self._remove(workdir)
                 return
             rec.launching = True
         try:
-            proc, how = self._launch(argv, workdir, env)
+            proc, how = self._launch(argv, workdir, env, ident)
         except OSError as e:
             self._remove(workdir)
-            self.fail(aid, *_start_error(spec.get("entrypoint"), argv, e))
+            self.fail(aid, *_start_error(spec.entrypoint, argv, e))
             return
         handle = _Proc(proc, workdir)
         self._running(rec, proc.pid, handle)
@@ -279,17 +286,26 @@ class ProcessRuntime(Runtime):
             self._kill_launched(rec)
 
     def _launch(
-        self, argv: list[str], workdir: Path, env: dict[str, str]
+        self, argv: list[str], workdir: Path, env: dict[str, str], ident: TaskIdentity | None
     ) -> tuple[subprocess.Popen[bytes] | WarmProcess, str]:
         """Fork a Python entrypoint from the warm interpreter, else start it with subprocess."""
         if self._warm is not None:
             form = warm_form(argv, env, workdir, self._warm.env)
             if form is not None:
                 try:
-                    return self._warm.spawn(form, workdir, env), "warm"
+                    return self._warm.spawn(form, workdir, env, ident), "warm"
                 except OSError as e:
                     log.warning("warm start failed (%s): starting the trial cold", e)
+        # subprocess switches the identity (groups, gid, uid) before preexec_fn, so the
+        # parent-death signal, which an identity change clears, is set after it.
+        as_user: dict[str, Any] = {}
+        preexec = _die_with_parent
+        if ident is not None and ident.hide_processes:
+            preexec = _become_hidden(ident)
+        elif ident is not None:
+            as_user = {"user": ident.uid, "group": ident.gid, "extra_groups": [], "umask": 0o077}
         proc = self._spawner.popen(
+            **as_user,
             args=argv,
             cwd=workdir,
             env=env,
@@ -297,7 +313,7 @@ class ProcessRuntime(Runtime):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=preexec,
         )
         return proc, "cold"
 
@@ -352,6 +368,45 @@ class ProcessRuntime(Runtime):
         if self._warm is not None:
             self._warm.close()
         self._spawner.close()
+
+
+def _check_reachable(work_dir: Path, harness: str | None) -> None:
+    """Trials run as other users: they must pass through to their work dir, the harness and
+    this interpreter. Raises ValueError naming the directories that stop them."""
+    blocked: list[str] = []
+    for path in (str(work_dir), harness or "", *python_dirs()):
+        if path:
+            blocked += [d for d in unreachable_ancestors(path) if d not in blocked]
+    if blocked:
+        raise ValueError(
+            "trials run as other Unix users and cannot pass through "
+            + ", ".join(blocked)
+            + " (no search permission for others): chmod o+x them, or pick a --work-dir "
+            "(and an installation) that others can reach"
+        )
+
+
+def python_dirs() -> list[str]:
+    """What a trial needs of this interpreter: its executable (the venv's and the real one),
+    its standard library and its packages."""
+    paths = sysconfig.get_paths()
+    return [
+        os.path.dirname(sys.executable),
+        os.path.dirname(os.path.realpath(sys.executable)),
+        paths["stdlib"],
+        paths["purelib"],
+        paths["platlib"],
+    ]
+
+
+def free_tcp_port() -> int:
+    """A port nothing listens on now, for a task that serves the master's proxy. The task binds
+    it a moment later; another process taking it first makes the task fail to start (its log
+    says so), never serve someone else's traffic: the proxy adds the task's own token."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _killpg(pgid: int, sig: int) -> None:

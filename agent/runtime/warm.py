@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from agent.identity import TaskIdentity
+
 log = logging.getLogger(__name__)
 
 SERVER = Path(__file__).with_name("_zygote.py")
@@ -145,8 +147,10 @@ class WarmStarter:
         self._early_exits: dict[int, int] = {}
         self._closed = False
 
-    def spawn(self, form: WarmForm, cwd: Path, env: dict[str, str]) -> WarmProcess:
-        """Fork a trial; raises OSError when the server cannot do it."""
+    def spawn(
+        self, form: WarmForm, cwd: Path, env: dict[str, str], ident: TaskIdentity | None = None
+    ) -> WarmProcess:
+        """Fork a trial (as `ident` when given); raises OSError when the server cannot do it."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
@@ -165,6 +169,9 @@ class WarmStarter:
                     "args": form.args,
                     "cwd": str(cwd),
                     "env": env,
+                    "uid": ident.uid if ident else None,
+                    "gid": ident.gid if ident else None,
+                    "hide_processes": bool(ident and ident.hide_processes),
                 }
                 socket.send_fds(sock, [json.dumps(msg).encode()], [out_w, err_w])
         except BaseException:

@@ -1,6 +1,7 @@
 """The `docker` runtime: one container per allocation, through the Docker SDK.
 
-- The image is `environment.image` (pulled when missing, or always with `force_pull_image`); an
+- The image is `environment.image`, or the default image for the slot type (agent/images) when
+  the experiment names none (pulled when missing, or always with `force_pull_image`); an
   image that cannot be had fails the allocation at once with a message in the trial's logs.
 - The harness and its pure-Python dependencies are injected (a read-only mount, see _inject.py),
   so any image with `python3` and `/bin/sh` works. The model directory is copied into the
@@ -28,7 +29,6 @@
 """
 
 from agent.runtime.docker._common import (
-    DEFAULT_IMAGE,
     LIB_DIR,
     WORKDIR,
     DockerOptions,
@@ -47,7 +47,6 @@ from agent.runtime.docker._logpos import (
 from agent.runtime.docker.runtime import DockerRuntime
 
 __all__ = [
-    "DEFAULT_IMAGE",
     "LIB_DIR",
     "WORKDIR",
     "DockerOptions",

@@ -7,9 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.identity import TaskIdentity
+from agent.images import BUILD_HINT, DEFAULT_IMAGES, default_image
 from agent.runtime import AGENT_LINE_PREFIX, RuntimeContext
+from agent.runtime._dirs import prepare_checkpoint_dir
+from agent.runtime._env import EnvLayout, task_env
 from agent.runtime.docker._common import (
-    DEFAULT_IMAGE,
     ENTRY_SCRIPT,
     L_AGENT,
     L_ALLOCATION,
@@ -23,8 +26,8 @@ from agent.runtime.docker._common import (
     _safe,
     _StartError,
 )
-from agent.runtime.process import _user_env_vars, build_argv
-from detlab.protocol import ExitCause
+from agent.runtime.process import build_argv
+from detlab.protocol import ExitCause, StartSpec
 
 
 class ContainerBuilder:
@@ -42,64 +45,65 @@ class ContainerBuilder:
     _lock: threading.RLock
     _errors: Any
 
-    def image_of(self, spec: dict[str, Any]) -> str:
-        env = spec.get("environment") or {}
-        image = env.get("image") if isinstance(env, dict) else None
+    def image_of(self, spec: StartSpec) -> str:
+        image = spec.environment.get("image")
+        gpu = bool(self._gpu_slots(spec))
         if isinstance(image, dict):  # Determined's per-device form, if the master passed it on
-            gpu = bool(self._gpu_slots(spec))
             image = (
                 image.get("cuda" if gpu else "cpu")
                 or image.get("gpu")
                 or next((v for v in image.values() if v), None)
             )
-        return str(image or DEFAULT_IMAGE)
+        return str(image or default_image(gpu))
 
-    def _gpu_slots(self, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    def _gpu_slots(self, spec: StartSpec) -> list[dict[str, Any]]:
         by_index = {int(s["index"]): s for s in self.ctx.slots}
         out = []
-        for i in spec.get("slot_indexes") or []:
-            slot = by_index.get(int(i))
+        for i in spec.slot_indexes:
+            slot = by_index.get(i)
             if slot is not None and slot.get("type") == "gpu":
                 out.append(slot)
         return out
 
-    def build_env(self, spec: dict[str, Any], image_env: list[str] | None = None) -> dict[str, str]:
-        """The container's environment: user env vars < master's DET_* < the agent's own."""
-        gpus = self._gpu_slots(spec)
-        env = _user_env_vars(spec.get("environment"), gpu=bool(gpus))
-        env.update(
-            {str(k): "" if v is None else str(v) for k, v in (spec.get("env") or {}).items()}
-        )
-        env.pop("DET_AGENT_TOKEN", None)
-        env["DET_MASTER"] = self.master_url
-        env["DET_AGENT_ID"] = self.ctx.agent_id
-        env.setdefault("DET_ALLOCATION_ID", str(spec["allocation_id"]))
-        # Inside the container its GPUs are numbered from 0 (the device request picks them).
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(gpus)))
-        if gpus:
-            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        else:
-            env["NVIDIA_VISIBLE_DEVICES"] = "void"
-        env["PYTHONUNBUFFERED"] = "1"
+    def build_env(
+        self,
+        spec: StartSpec,
+        image_env: list[str] | None = None,
+        ident: TaskIdentity | None = None,
+    ) -> dict[str, str]:
+        """The container's environment (agent/runtime/_env.py): nothing of the agent's own."""
         image_pp = next(
             (e.partition("=")[2] for e in image_env or [] if e.startswith("PYTHONPATH=")), ""
         )
-        extra = [p for p in (env.get("PYTHONPATH", "") or image_pp).split(":") if p]
-        # harness/_alias: the trial-only `determined` alias (Determined scripts run unchanged).
-        env["PYTHONPATH"] = ":".join([LIB_DIR, WORKDIR, f"{LIB_DIR}/harness/_alias", *extra])
-        return env
+        layout = EnvLayout(
+            # harness/_alias: the trial-only `determined` alias (Determined scripts run as is).
+            code_dirs=(LIB_DIR, WORKDIR, f"{LIB_DIR}/harness/_alias"),
+            default_pythonpath=image_pp,
+            renumber_gpus=True,
+            # The image's HOME belongs to its own user; the task's is its work dir.
+            home=None if ident is None else WORKDIR,
+            user=None if ident is None else ident.name,
+        )
+        return task_env(
+            spec,
+            slots=self.ctx.slots,
+            master_url=self.master_url,
+            agent_id=self.ctx.agent_id,
+            layout=layout,
+        )
 
-    def build_mounts(self, spec: dict[str, Any]) -> list[Any]:
+    def build_mounts(self, spec: StartSpec, ident: TaskIdentity | None = None) -> list[Any]:
         Mount = self._docker.types.Mount
         mounts = [Mount(target=LIB_DIR, source=str(self._lib), type="bind", read_only=True)]
         targets = {LIB_DIR}
-        storage = spec.get("checkpoint_storage") or {}
-        host_path = storage.get("host_path") if isinstance(storage, dict) else None
+        storage = spec.checkpoint_storage
+        host_path = storage.get("host_path")
         if storage.get("type", "shared_fs") == "shared_fs" and host_path:
             Path(host_path).mkdir(parents=True, exist_ok=True)
+            prepare_checkpoint_dir(storage, ident)
             mounts.append(Mount(target=str(host_path), source=str(host_path), type="bind"))
             targets.add(str(host_path))
-        for bm in spec.get("bind_mounts") or []:
+        for bm in spec.bind_mounts:
             target = str(bm["container_path"])
             if not target.startswith("/"):
                 target = f"{WORKDIR}/{target}"
@@ -118,11 +122,15 @@ class ContainerBuilder:
         return mounts
 
     def create_kwargs(
-        self, spec: dict[str, Any], image: str, image_env: list[str] | None = None
+        self,
+        spec: StartSpec,
+        image: str,
+        image_env: list[str] | None = None,
+        ident: TaskIdentity | None = None,
     ) -> dict[str, Any]:
-        """Everything `containers.create` gets for this allocation."""
-        aid = str(spec["allocation_id"])
-        argv = build_argv(spec.get("entrypoint"))
+        """Everything `containers.create` gets for this allocation (run as `ident` if given)."""
+        aid = spec.allocation_id
+        argv = build_argv(spec.entrypoint)
         gpus = self._gpu_slots(spec)
         kwargs: dict[str, Any] = {
             "image": image,
@@ -130,15 +138,15 @@ class ContainerBuilder:
             "entrypoint": ["/bin/sh", "-c", ENTRY_SCRIPT, "det-entry"],
             "command": argv,
             "working_dir": WORKDIR,
-            "environment": self.build_env(spec, image_env),
+            "environment": self.build_env(spec, image_env, ident),
             "labels": {
                 L_MANAGED: "det-agent",
                 L_AGENT: self.ctx.agent_id,
                 L_ALLOCATION: aid,
-                L_TRIAL: str(spec.get("trial_id", "")),
-                L_EXPERIMENT: str(spec.get("experiment_id", "")),
+                L_TRIAL: str(spec.trial_id),
+                L_EXPERIMENT: str(spec.experiment_id),
             },
-            "mounts": self.build_mounts(spec),
+            "mounts": self.build_mounts(spec, ident),
             "network_mode": self.opts.network,
             "init": self.opts.use_init,
             "stdin_open": False,
@@ -148,6 +156,10 @@ class ContainerBuilder:
                 type="json-file", config={"max-size": "100m", "max-file": "3"}
             ),
         }
+        if ident is not None:
+            kwargs["user"] = f"{ident.uid}:{ident.gid}"
+            # As on the process runtime: what it writes (checkpoints too) is its own alone.
+            kwargs["entrypoint"] = ["/bin/sh", "-c", "umask 077; " + ENTRY_SCRIPT, "det-entry"]
         if self.opts.shm_size:
             kwargs["shm_size"] = self.opts.shm_size
         if self.opts.memory_limit:
@@ -161,19 +173,17 @@ class ContainerBuilder:
                     capabilities=[["gpu", "compute", "utility"]],
                 )
             ]
-        env = spec.get("environment") or {}
-        if isinstance(env, dict):
-            if env.get("add_capabilities"):
-                kwargs["cap_add"] = list(env["add_capabilities"])
-            if env.get("drop_capabilities"):
-                kwargs["cap_drop"] = list(env["drop_capabilities"])
+        env = spec.environment
+        if env.get("add_capabilities"):
+            kwargs["cap_add"] = list(env["add_capabilities"])
+        if env.get("drop_capabilities"):
+            kwargs["cap_drop"] = list(env["drop_capabilities"])
         return kwargs
 
-    def _ensure_image(self, aid: str, image: str, spec: dict[str, Any]) -> dict[str, Any]:
+    def _ensure_image(self, aid: str, image: str, spec: StartSpec) -> dict[str, Any]:
         """The image's attributes, pulling it when missing (or always with force_pull_image)."""
-        env = spec.get("environment") or {}
-        force = bool(env.get("force_pull_image")) if isinstance(env, dict) else False
-        auth = env.get("registry_auth") if isinstance(env, dict) else None
+        force = bool(spec.environment.get("force_pull_image"))
+        auth = spec.environment.get("registry_auth")
         with self._lock:
             lock = self._pull_locks.setdefault(image, threading.Lock())
         with lock:
@@ -195,9 +205,14 @@ class ContainerBuilder:
                         raise RuntimeError(f"no result after {self.opts.pull_timeout:g} s")
                 attrs = self.api.inspect_image(image)
             except Exception as e:
+                how = (
+                    f"it is detlab's default image: build it on this agent's machine with "
+                    f"{BUILD_HINT}, or name another in environment.image"
+                    if image in DEFAULT_IMAGES.values()
+                    else "check environment.image, the registry and its credentials"
+                )
                 raise _StartError(
-                    f"{ExitCause.IMAGE_PULL_FAILED.message} {image!r}: {_explain(e)} "
-                    "(check environment.image, the registry and its credentials)",
+                    f"{ExitCause.IMAGE_PULL_FAILED.message} {image!r}: {_explain(e)} ({how})",
                     ExitCause.IMAGE_PULL_FAILED,
                 ) from e
             self.ctx.log_sink(

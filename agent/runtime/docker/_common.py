@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import io
 import logging
+import posixpath
 import re
 import tarfile
 import threading
@@ -26,7 +27,6 @@ L_EXPERIMENT = f"{LABEL_PREFIX}.experiment"
 
 WORKDIR = "/run/determined/workdir"
 LIB_DIR = "/run/determined/lib"
-DEFAULT_IMAGE = "python:3.11-slim"
 STARTUP_HOOK = "startup-hook.sh"
 
 # Sources startup-hook.sh when the model directory has one, then execs the entrypoint ("$@").
@@ -89,6 +89,35 @@ def _checked_model_def(path: Path | None) -> bytes | None:
     except (tarfile.TarError, EOFError) as e:
         raise ValueError(f"the model definition is refused: {e}") from e
     return data
+
+
+def owned_workdir_tar(model_tar: bytes | None, uid: int, gid: int) -> bytes:
+    """What goes into the container for a task run as uid:gid, to be put at WORKDIR's parent:
+    the work dir itself, its own and 0700, with the model definition (if any) in it, its own.
+
+    Rooted at the parent because Docker creates the container's working dir (root's, 0755)
+    when it creates the container, and a "." entry put into an existing directory leaves its
+    owner and mode alone: the task could not write to its own work dir (JupyterLab fails to
+    make its runtime dir under HOME there)."""
+    top_name = posixpath.basename(WORKDIR)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as dst:
+        top = tarfile.TarInfo(top_name)
+        top.type, top.mode, top.uid, top.gid = tarfile.DIRTYPE, 0o700, uid, gid
+        dst.addfile(top)
+        if model_tar is not None:
+            with tarfile.open(fileobj=io.BytesIO(model_tar), mode="r:*") as src:
+                for member in src:
+                    name = posixpath.normpath(member.name)
+                    if name == ".":
+                        continue
+                    member.name = f"{top_name}/{name}"
+                    if member.islnk():  # a hard link names its target from the archive's root
+                        member.linkname = f"{top_name}/{posixpath.normpath(member.linkname)}"
+                    member.uid, member.gid, member.uname, member.gname = uid, gid, "", ""
+                    data = src.extractfile(member) if member.isfile() else None
+                    dst.addfile(member, data)
+    return out.getvalue()
 
 
 def _accepts_timestamp(sink: Any) -> bool:

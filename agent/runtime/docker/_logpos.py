@@ -77,6 +77,11 @@ class FrameFilter:
             self.cur = LogPos(ns, 1)
         return True
 
+    def resumed(self) -> FrameFilter:
+        """The filter for a new request of the same log (a reconnect, the final re-read): it
+        skips every frame at or before the position reached."""
+        return FrameFilter(self.cur)
+
 
 class LineAssembler:
     """Frames (one log entry each; the engine splits long lines into partial entries without a

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.images import missing_module, missing_module_message
 from agent.runtime import AGENT_LINE_PREFIX, Allocation, RuntimeContext
 from agent.runtime.docker._common import (
     _Container,
@@ -28,6 +29,18 @@ from agent.runtime.docker._logpos import (
     iso_us,
     parse_ts,
 )
+
+
+def read_exactly(raw: Any, n: int) -> bytes:
+    """n bytes of the stream, fewer only at its end: a read may return less than asked (a chunk
+    boundary), which must not end the stream (a reconnect) or cut a frame."""
+    buf = b""
+    while len(buf) < n:
+        chunk = raw.read(n - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+    return buf
 
 
 class LogPipeline:
@@ -124,14 +137,14 @@ class LogPipeline:
             with contextlib.suppress(Exception):
                 self.api._disable_socket_timeout(self.api._get_raw_response_socket(res))
             while True:
-                header = raw.read(8)
-                if not header or len(header) < 8:
+                header = read_exactly(raw, 8)
+                if len(header) < 8:
                     return
                 kind, length = struct.unpack(">BxxxL", header)
                 if not length:
                     continue
-                data = raw.read(length)
-                if not data:
+                data = read_exactly(raw, length)
+                if len(data) < length:
                     return
                 text = data.decode("utf-8", errors="replace")
                 ts, _, rest = text.partition(" ")
@@ -152,10 +165,18 @@ class LogPipeline:
                     st.resent = resent
         filt = FrameFilter(after)
         asm = LineAssembler()
+        missing: str | None = None  # the last module a traceback said was missing
         while True:
+            # Every request starts 1 ms before the position (since_param): a fresh filter skips
+            # what was taken already. Reusing one filtered against the first start only, so the
+            # frames of the last millisecond came again on every reconnect and in the final
+            # re-read: the last line(s) of every trial twice.
+            filt = filt.resumed()
             try:
                 for stream, ts, text in self._frames(handle.id, filt.cur, follow=True):
-                    self._take(aid, filt, asm, stream, ts, text)
+                    line = self._take(aid, filt, asm, stream, ts, text)
+                    if line is not None and stream == "stderr":
+                        missing = missing_module(line) or missing
             except Exception as e:  # the engine restarted, the connection broke, ...
                 if not handle.stop_evt.is_set():
                     log.warning("log stream of %s broke: %s", aid, e)
@@ -164,11 +185,15 @@ class LogPipeline:
                 break
             time.sleep(0.5)
         # The engine has everything now: take what the follow stream may have missed.
+        filt = filt.resumed()
         with contextlib.suppress(Exception):
             for stream, ts, text in self._frames(handle.id, filt.cur, follow=False):
-                self._take(aid, filt, asm, stream, ts, text)
+                line = self._take(aid, filt, asm, stream, ts, text)
+                if line is not None and stream == "stderr":
+                    missing = missing_module(line) or missing
         for stream, iso, line in asm.rest():
             self._emit(aid, stream, iso, line, filt.cur)
+            missing = (stream == "stderr" and missing_module(line)) or missing
         state = self._inspect_state(handle.id) or {}
         code = state.get("ExitCode")
         code = int(code) if isinstance(code, int) else -1
@@ -180,22 +205,28 @@ class LogPipeline:
             self.ctx.log_sink(aid, "stderr", AGENT_LINE_PREFIX + error)
         elif state.get("Error"):
             error = error or f"the container failed: {state['Error']}"
+        elif code != 0 and missing and not error:
+            # A bare traceback does not say that the image is the problem: the agent does.
+            error = missing_module_message(missing, handle.image)
+            self.ctx.log_sink(aid, "stderr", AGENT_LINE_PREFIX + error)
         handle.exited.set()
         log.info("allocation %s: container %s exited with code %d", aid, handle.name, code)
         self._exited(rec, code, error)
 
     def _take(
         self, aid: str, filt: FrameFilter, asm: LineAssembler, stream: str, ts: str, text: str
-    ) -> None:
+    ) -> str | None:
+        """Feed one frame; returns the line it completed (and emitted), if any."""
         try:
             ns, iso = parse_ts(ts)
         except ValueError:
             ns, iso = filt.cur.ns, _now_iso()
         if not filt.accept(ns):
-            return
+            return None
         line = asm.feed(stream, iso, text)
         if line is not None:
             self._emit(aid, stream, asm.first_iso(stream) or iso, line, filt.cur)
+        return line
 
     def _inspect_state(self, cid: str) -> dict[str, Any] | None:
         for _ in range(3):

@@ -6,13 +6,15 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import posixpath
 import shlex
 import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from agent.runtime import AGENT_LINE_PREFIX, EXITED, Allocation, Runtime, RuntimeContext, _inject
+from agent.identity import IdentityRefused
+from agent.runtime import AGENT_LINE_PREFIX, Allocation, Runtime, RuntimeContext, _inject
 from agent.runtime.docker._build import ContainerBuilder
 from agent.runtime.docker._common import (
     L_AGENT,
@@ -27,13 +29,15 @@ from agent.runtime.docker._common import (
     _explain,
     _StartError,
     log,
+    owned_workdir_tar,
 )
 from agent.runtime.docker._logpos import (
     LogPos,
     _LogState,
 )
 from agent.runtime.docker._pipeline import LogPipeline
-from agent.runtime.process import build_argv
+from agent.runtime.process import build_argv, free_tcp_port
+from detlab.protocol import ReportedState, StartSpec
 
 
 class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
@@ -85,6 +89,14 @@ class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
         self._recover()
         _inject.prune(self._inject_base, self._mounted_libs() | {self._lib})
 
+    def image_present(self, image: str) -> bool:
+        """Whether the engine has the image (det-agent's start-up line says so)."""
+        try:
+            self.api.inspect_image(image)
+        except Exception:  # noqa: BLE001 - not there, or the engine cannot say: not usable now
+            return False
+        return True
+
     # -- setup -------------------------------------------------------------------------------
 
     def _container_master_url(self) -> str:
@@ -121,17 +133,28 @@ class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def start(self, spec: dict[str, Any], model_def_path: Path | None) -> None:
-        aid = str(spec["allocation_id"])
+    def start(self, spec: StartSpec, model_def_path: Path | None) -> None:
+        aid = spec.allocation_id
         rec = self._claim(aid)
         if rec is None:
             return
         image = self.image_of(spec)
         try:
+            ident = self._identity(spec)
             model_tar = _checked_model_def(model_def_path)
-            build_argv(spec.get("entrypoint"))
+            archive_at = WORKDIR
+            if ident is not None:
+                model_tar = owned_workdir_tar(model_tar, ident.uid, ident.gid)
+                archive_at = posixpath.dirname(WORKDIR)
+            build_argv(spec.entrypoint)
             attrs = self._ensure_image(aid, image, spec)
-            kwargs = self.create_kwargs(spec, image, (attrs.get("Config") or {}).get("Env"))
+            image_env = (attrs.get("Config") or {}).get("Env")
+            kwargs = self.create_kwargs(spec, image, image_env, ident)
+            if spec.proxy:
+                rec.proxy_port = self._serve_port(kwargs)
+        except IdentityRefused as e:
+            self.fail(aid, 1, f"allocation {aid} refused: {e}")
+            return
         except _StartError as e:
             self.fail(aid, 1, str(e), e.cause)
             return
@@ -139,7 +162,7 @@ class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
             self.fail(aid, 1, f"cannot prepare allocation {aid}: {e}")
             return
         with self._lock:
-            if rec.state == EXITED:  # killed while the image was pulled
+            if rec.state == ReportedState.EXITED:  # killed while the image was pulled
                 return
             rec.launching = True
         try:
@@ -152,7 +175,7 @@ class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
         try:
             self._save(st)
             if model_tar is not None:
-                self.api.put_archive(container.id, WORKDIR, model_tar)
+                self.api.put_archive(container.id, archive_at, model_tar)
             self.api.start(container.id)
             pid = (self._inspect_state(container.id) or {}).get("Pid") or None
         except Exception as e:
@@ -178,6 +201,16 @@ class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
             kill_now = rec.kill_requested
         if kill_now:
             self._kill_launched(rec)
+
+    def _serve_port(self, kwargs: dict[str, Any]) -> int:
+        """A notebook's or shell's port (StartSpec.proxy), where the master's proxy reaches it at
+        this agent's address: the host's own on the host network, else published on the host
+        under the same number (the task binds DET_TASK_PORT inside the container)."""
+        port = free_tcp_port()
+        kwargs["environment"]["DET_TASK_PORT"] = str(port)
+        if self.opts.network != "host":
+            kwargs["ports"] = {f"{port}/tcp": port}
+        return port
 
     def _create(self, kwargs: dict[str, Any]) -> Any:
         try:
