@@ -7,7 +7,7 @@ trial's PYTHONPATH, so Determined 0.38 scripts run unchanged on the cluster:
 
 Every `determined.X` resolves to the module `harness.X` itself (the same module object, so
 classes, isinstance checks and module state are shared). Modules of Determined that detlab does
-not provide (TensorFlow/Keras, DeepSpeed, Horovod, transformers, ...) raise an ImportError that
+not provide (TensorFlow/Keras, DeepSpeed, Horovod, Lightning, ...) raise an ImportError that
 names the module and says why.
 """
 
@@ -31,15 +31,16 @@ UNSUPPORTED: dict[str, str] = {
     "determined.tensorflow": "TensorFlow trials are not supported",
     "determined.estimator": "TensorFlow Estimator trials are not supported",
     "determined.horovod": "Horovod is not supported; use torch.distributed",
-    "determined.deepspeed": "DeepSpeed trials (DeepSpeedTrial) are not supported",
-    "determined.pytorch.deepspeed": "DeepSpeed trials (DeepSpeedTrial) are not supported",
+    "determined.deepspeed": "it was renamed: use determined.pytorch.deepspeed",
     "determined.pytorch.lightning": "the PyTorch Lightning adapter is not supported",
-    "determined.transformers": "the Hugging Face transformers callback is not supported",
     "determined.integrations": "the framework integrations (transformers, ...) are not supported",
-    "determined.launch.deepspeed": "the DeepSpeed launcher is not supported",
     "determined.launch.horovod": "the Horovod launcher is not supported",
     "determined.profiler": "the system-metrics profiler is not supported",
-    "determined.tensorboard": "TensorBoard uploads are not supported",
+    "determined.pytorch.experimental": "batch inference (torch_batch_process) is not supported",
+    "determined.tensorboard": (
+        "its internals are not provided; use core_context.train.get_tensorboard_path() and "
+        "upload_tensorboard_files(), or PyTorchTrialContext.get_tensorboard_writer()"
+    ),
     "determined.cli": "Determined's own CLI is not provided; use detlab's `det`",
     "determined.deploy": "`det deploy` is not provided",
 }
@@ -52,6 +53,16 @@ def unsupported_reason(fullname: str) -> str | None:
         if reason is not None:
             return reason
     return None
+
+
+def unsupported_error(fullname: str) -> ImportError:
+    """The ImportError for a Determined module detlab does not provide, saying why."""
+    reason = unsupported_reason(fullname) or "it is not provided"
+    return ImportError(
+        f"No module named {fullname!r}: detlab provides Determined 0.38's Core API, "
+        f"PyTorchTrial and the Trainer API, but {reason} (see {DOCS})",
+        name=fullname,
+    )
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -84,13 +95,8 @@ class AliasFinder(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith(ALIAS + "."):
             return None
-        reason = unsupported_reason(fullname)
-        if reason is not None:
-            raise ImportError(
-                f"No module named {fullname!r}: detlab provides Determined 0.38's Core API, "
-                f"PyTorchTrial and the Trainer API, but {reason} (see {DOCS})",
-                name=fullname,
-            )
+        if unsupported_reason(fullname) is not None:
+            raise unsupported_error(fullname)
         real = TARGET + fullname[len(ALIAS) :]
         try:
             spec = importlib.util.find_spec(real)

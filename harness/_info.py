@@ -44,6 +44,10 @@ class ClusterInfo:
         return str(self.trial.trial_id)
 
     @property
+    def _trial_info(self) -> TrialInfo:  # Determined's private name, used by its examples
+        return self.trial
+
+    @property
     def task_type(self) -> str:
         return "TRIAL"
 

@@ -19,285 +19,36 @@ token `det user login` cached); inside a trial it uses the trial's session.
 
 from __future__ import annotations
 
-import enum
 import os
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harness._sdk_objects import (
+    Checkpoint,
+    Experiment,
+    ExperimentState,
+    OrderBy,
+    TrainingMetrics,
+    Trial,
+    TrialMetrics,
+    TrialState,
+    ValidationMetrics,
+    iter_trial_metrics,
+)
+from harness._sdk_registry import (
+    Model,
+    ModelVersion,
+    Project,
+    User,
+    Workspace,
+)
+from harness._sdk_registry import get_workspace as _workspace
+from harness._sdk_registry import no_projects as _no_projects
 from harness.api import Session, auth
 from harness.api.client import Client
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
-
-
-class ExperimentState(enum.Enum):
-    ACTIVE = "ACTIVE"
-    PAUSED = "PAUSED"
-    STOPPING_COMPLETED = "STOPPING_COMPLETED"
-    STOPPING_CANCELED = "STOPPING_CANCELED"
-    STOPPING_ERROR = "STOPPING_ERROR"
-    COMPLETED = "COMPLETED"
-    CANCELED = "CANCELED"
-    ERROR = "ERROR"
-
-
-TrialState = ExperimentState
-_TERMINAL = {ExperimentState.COMPLETED, ExperimentState.CANCELED, ExperimentState.ERROR}
-
-
-@dataclass(frozen=True)
-class TrialMetrics:
-    trial_id: int
-    steps_completed: int
-    end_time: str | None
-    metrics: dict[str, Any]
-    group: str
-
-
-class Checkpoint:
-    def __init__(self, session: Client, raw: dict[str, Any]) -> None:
-        self._client = session
-        self._raw = raw
-        self.uuid: str = raw["uuid"]
-        self.trial_id: int | None = raw.get("trial_id")
-        self.metadata: dict[str, Any] = dict(raw.get("metadata") or {})
-        self.steps_completed: int | None = raw.get("steps_completed")
-        self.state: str | None = raw.get("state")
-        self.resources: dict[str, int] = dict(raw.get("resources") or {})
-
-    def download(
-        self, path: str | os.PathLike[str] | None = None, *, via_master: bool = False
-    ) -> str:
-        """Fetch the files into `path` (default `./checkpoints/<uuid>`): straight from the
-        storage when this machine reaches it, else through the master. Returns the path."""
-        from harness.storage.fetch import download
-
-        dest = Path(path) if path is not None else Path("checkpoints") / self.uuid
-        download(self._client, self.uuid, dest, via_master=via_master)
-        return str(dest)
-
-    def __repr__(self) -> str:
-        return f"Checkpoint(uuid={self.uuid!r}, trial_id={self.trial_id})"
-
-
-class Trial:
-    def __init__(self, session: Client, trial_id: int) -> None:
-        self._client = session
-        self.id = trial_id
-        self._raw: dict[str, Any] = {}
-        self.reload()
-
-    def reload(self) -> None:
-        self._raw = self._client.get_trial(self.id)
-
-    @property
-    def experiment_id(self) -> int:
-        return int(self._raw["experiment_id"])
-
-    @property
-    def hparams(self) -> dict[str, Any]:
-        return dict(self._raw.get("hparams") or {})
-
-    @property
-    def state(self) -> ExperimentState:
-        return ExperimentState(self._raw["state"])
-
-    @property
-    def summary_metrics(self) -> dict[str, Any]:
-        return {"best_validation": self._raw.get("best_validation")}
-
-    def iter_metrics(self, group: str) -> Iterator[TrialMetrics]:
-        after: int | None = None
-        while True:  # pages of 10000, in step order
-            page = self._client.trial_metrics(self.id, group=group, after_steps=after, limit=10_000)
-            for m in page:
-                yield TrialMetrics(
-                    self.id, m["steps_completed"], m.get("reported_at"), m["metrics"], m["group"]
-                )
-            if len(page) < 10_000:
-                return
-            after = page[-1]["steps_completed"]
-
-    def logs(self, follow: bool = False) -> Iterator[str]:
-        if follow:
-            for entry in self._client.follow_trial_logs(self.id):
-                yield entry["line"]
-            return
-        after = 0
-        while True:
-            page = self._client.trial_logs(self.id, after=after, limit=10_000)["logs"]
-            yield from (e["line"] for e in page)
-            if len(page) < 10_000:
-                return
-            after = int(page[-1]["seq"])
-
-    def list_checkpoints(self) -> list[Checkpoint]:
-        return [Checkpoint(self._client, c) for c in self._client.list_trial_checkpoints(self.id)]
-
-    def top_checkpoint(self) -> Checkpoint | None:
-        ckpts = self.list_checkpoints()
-        return max(ckpts, key=lambda c: c.steps_completed or 0) if ckpts else None
-
-    def kill(self) -> None:
-        self._client.kill_experiment(self.experiment_id)
-
-
-class Experiment:
-    def __init__(self, session: Client, experiment_id: int) -> None:
-        self._client = session
-        self.id = experiment_id
-        self._raw: dict[str, Any] = {}
-        self.reload()
-
-    def reload(self) -> None:
-        self._raw = self._client.get_experiment(self.id)
-
-    @property
-    def state(self) -> ExperimentState:
-        return ExperimentState(self._raw["state"])
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return dict(self._raw.get("config") or {})
-
-    @property
-    def name(self) -> str:
-        return str(self._raw.get("name"))
-
-    def wait(self, interval: float = 5.0) -> ExperimentState:
-        """Block until the experiment is COMPLETED, CANCELED or ERROR; returns that state."""
-        while True:
-            self.reload()
-            if self.state in _TERMINAL:
-                return self.state
-            time.sleep(interval)
-
-    def await_first_trial(self, interval: float = 0.25) -> Trial:
-        while True:
-            trials = self._client.list_experiment_trials(self.id)
-            if trials:
-                return Trial(self._client, trials[0]["id"])
-            time.sleep(interval)
-
-    def list_trials(self) -> list[Trial]:
-        return [Trial(self._client, t["id"]) for t in self._client.list_experiment_trials(self.id)]
-
-    get_trials = list_trials
-
-    def list_checkpoints(self) -> list[Checkpoint]:
-        raw = self._client.list_checkpoints(experiment_id=self.id)
-        return [Checkpoint(self._client, c) for c in raw]
-
-    def top_n_checkpoints(
-        self, limit: int, smaller_is_better: bool | None = None
-    ) -> list[Checkpoint]:
-        """The latest checkpoint of each trial, ordered by the trial's best validation."""
-        self.reload()
-        smaller = (
-            self._raw.get("smaller_is_better", True)
-            if smaller_is_better is None
-            else smaller_is_better
-        )
-        best: dict[int, float] = {}
-        for t in self._client.list_experiment_trials(self.id):
-            if t.get("best_validation") is not None:
-                best[t["id"]] = float(t["best_validation"])
-        latest: dict[int, Checkpoint] = {}
-        for c in self.list_checkpoints():
-            if c.trial_id in best:
-                prev = latest.get(c.trial_id)
-                if prev is None or (c.steps_completed or 0) > (prev.steps_completed or 0):
-                    latest[c.trial_id] = c
-        ranked = sorted(latest, key=lambda trial_id: best[trial_id], reverse=not smaller)
-        return [latest[trial_id] for trial_id in ranked[:limit]]
-
-    def top_checkpoint(self, smaller_is_better: bool | None = None) -> Checkpoint:
-        top = self.top_n_checkpoints(1, smaller_is_better)
-        if not top:
-            raise ValueError(f"experiment {self.id} has no checkpoint of a validated trial")
-        return top[0]
-
-    def pause(self) -> None:
-        self._client.pause_experiment(self.id)
-
-    def activate(self) -> None:
-        self._client.activate_experiment(self.id)
-
-    def cancel(self) -> None:
-        self._client.cancel_experiment(self.id)
-
-    def kill(self) -> None:
-        self._client.kill_experiment(self.id)
-
-
-class ModelVersion:
-    """Version N of a registered model, pointing to a checkpoint, with its lineage."""
-
-    def __init__(self, session: Client, model_name: str, raw: dict[str, Any]) -> None:
-        self._client = session
-        self._raw = raw
-        self.model_name = model_name
-        self.version: int = int(raw["version"])
-        self.comment: str | None = raw.get("comment")
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        ckpt = dict(self._raw.get("checkpoint") or {})
-        ckpt.setdefault("uuid", self._raw.get("checkpoint_uuid", ""))
-        return Checkpoint(self._client, ckpt)
-
-    @property
-    def lineage(self) -> dict[str, Any]:
-        """Trial, experiment, hparams and validation metrics of the version's checkpoint."""
-        ckpt = self._raw.get("checkpoint") or {}
-        return {
-            "trial_id": ckpt.get("trial_id"),
-            "experiment_id": ckpt.get("experiment_id"),
-            **(ckpt.get("lineage") or {}),
-        }
-
-    def __repr__(self) -> str:
-        return f"ModelVersion({self.model_name!r}, version={self.version})"
-
-
-class Model:
-    """A registered model (Determined's `client.Model`)."""
-
-    def __init__(self, session: Client, raw: dict[str, Any]) -> None:
-        self._client = session
-        self._raw = raw
-        self.name: str = raw["name"]
-        self.description: str | None = raw.get("description")
-
-    def get_version(self, version: int | str = -1) -> ModelVersion:
-        """Version `n`, an alias name, or -1 for the newest (as in Determined)."""
-        if version == -1:
-            versions = self._client.list_model_versions(self.name)
-            if not versions:
-                raise LookupError(f"model {self.name!r} has no versions")
-            raw = versions[-1]
-        else:
-            raw = self._client.get_model_version(self.name, version)
-        return ModelVersion(self._client, self.name, raw)
-
-    def get_versions(self) -> list[ModelVersion]:
-        return [
-            ModelVersion(self._client, self.name, r)
-            for r in self._client.list_model_versions(self.name)
-        ]
-
-    def register_version(self, checkpoint_uuid: str, **fields: Any) -> ModelVersion:
-        raw = self._client.register_model_version(self.name, checkpoint_uuid, **fields)
-        return ModelVersion(self._client, self.name, raw)
-
-    def set_alias(self, alias: str, version: int) -> None:
-        self._client.set_model_alias(self.name, alias, version)
-
-    def __repr__(self) -> str:
-        return f"Model({self.name!r})"
 
 
 class Determined:
@@ -327,10 +78,14 @@ class Determined:
         self,
         config: str | os.PathLike[str] | dict[str, Any],
         model_dir: str | os.PathLike[str] | None = None,
+        includes: Iterable[str | os.PathLike[str]] | None = None,
+        project_id: int | None = None,
+        template: str | None = None,
         activate: bool = True,
         **_: Any,
     ) -> Experiment:
-        """`config`: a dict, a path to a YAML file or YAML text; `model_dir`: the files to ship."""
+        """`config`: a dict, a path to a YAML file or YAML text; `model_dir`: the files to ship,
+        `includes`: more files or directories packed beside them (Determined's `-i`)."""
         from harness.cli._modeldef import build_model_def
 
         if isinstance(config, dict):
@@ -343,18 +98,43 @@ class Determined:
             text = Path(config).read_text()
         else:
             text = str(config)
-        model_def = build_model_def(Path(model_dir)) if model_dir is not None else None
-        raw = self._client.create_experiment(text, model_def, activate=activate)
-        return Experiment(self._client, int(raw["id"]))
+        if project_id not in (None, 1):
+            raise LookupError(_no_projects(f"project {project_id}"))
+        extra = [Path(p) for p in includes or []]
+        model_def = (
+            build_model_def(Path(model_dir) if model_dir is not None else None, includes=extra)
+            if model_dir is not None or extra
+            else None
+        )
+        body = self._client.submit_experiment(text, model_def, activate=activate, template=template)
+        return Experiment(self._client, int(body["experiment"]["id"]))
 
     def get_experiment(self, experiment_id: int) -> Experiment:
         return Experiment(self._client, experiment_id)
 
-    def list_experiments(self, name: str | None = None) -> list[Experiment]:
+    def list_experiments(
+        self,
+        sort_by: Any = None,
+        order_by: OrderBy | None = None,
+        experiment_ids: list[int] | None = None,
+        labels: list[str] | None = None,
+        users: list[str] | None = None,
+        states: list[ExperimentState] | None = None,
+        name: str | None = None,
+        **_: Any,
+    ) -> list[Experiment]:
+        """Experiments matching every filter given (Determined's keyword filters), by id."""
         out = []
         for e in self._client.iter_experiments():
-            if name is None or e.get("name") == name:
+            if (
+                (name is None or e.get("name") == name)
+                and (experiment_ids is None or e["id"] in experiment_ids)
+                and (labels is None or set(labels) <= set(e.get("labels") or []))
+                and (users is None or e.get("owner") in users)
+                and (states is None or e.get("state") in {s.value for s in states})
+            ):
                 out.append(Experiment(self._client, int(e["id"])))
+        out.sort(key=lambda x: x.id, reverse=order_by is not None and order_by.value == "DESC")
         return out
 
     def get_trial(self, trial_id: int) -> Trial:
@@ -371,8 +151,59 @@ class Determined:
             self._client, self._client.create_model(name, description=description, **fields)
         )
 
-    def get_models(self) -> list[Model]:
-        return [Model(self._client, m) for m in self._client.list_models()]
+    def list_models(
+        self,
+        sort_by: Any = None,
+        order_by: OrderBy = OrderBy.ASCENDING,
+        name: str | None = None,
+        description: str | None = None,
+        model_id: int | None = None,
+        workspace_names: list[str] | None = None,
+        workspace_ids: list[int] | None = None,
+    ) -> list[Model]:
+        """Registered models, by name (Determined's default sort); `name` and `description`
+        match substrings, as in Determined."""
+        for ws in workspace_names or []:
+            _workspace(ws)  # refuses any but the default one
+        if workspace_ids and set(workspace_ids) != {1}:
+            raise LookupError(_no_projects(f"workspace ids {workspace_ids}"))
+        out = [
+            Model(self._client, m)
+            for m in self._client.list_models()
+            if (name is None or name in m["name"])
+            and (description is None or description in (m.get("description") or ""))
+            and (model_id is None or m.get("id") == model_id)
+        ]
+        out.sort(key=lambda m: m.name, reverse=order_by.value == "DESC")
+        return out
+
+    def get_models(self, *args: Any, **kwargs: Any) -> list[Model]:
+        return self.list_models(*args, **kwargs)
+
+    def whoami(self) -> User:
+        return User.from_raw(self._client.me())
+
+    def get_session_username(self) -> str:
+        return self.whoami().username
+
+    def get_workspace(self, name: str) -> Workspace:
+        return _workspace(name)
+
+    def list_workspaces(self) -> list[Workspace]:
+        return [Workspace()]
+
+    def iter_trials_metrics(self, trial_ids: list[int], group: str) -> Iterator[TrialMetrics]:
+        """Every report of `group` of each trial, trial by trial in step order."""
+        for trial_id in trial_ids:
+            yield from iter_trial_metrics(self._client, trial_id, group)
+
+    stream_trials_metrics = iter_trials_metrics
+
+    def stream_trials_training_metrics(self, trial_ids: list[int]) -> Iterator[TrialMetrics]:
+        return self.iter_trials_metrics(trial_ids, "training")
+
+    def stream_trials_validation_metrics(self, trial_ids: list[int]) -> Iterator[TrialMetrics]:
+        return self.iter_trials_metrics(trial_ids, "validation")
 
 
 _default: Determined | None = None
@@ -403,8 +234,8 @@ def get_experiment(experiment_id: int) -> Experiment:
     return _d().get_experiment(experiment_id)
 
 
-def list_experiments(name: str | None = None) -> list[Experiment]:
-    return _d().list_experiments(name)
+def list_experiments(*args: Any, **kwargs: Any) -> list[Experiment]:
+    return _d().list_experiments(*args, **kwargs)
 
 
 def get_trial(trial_id: int) -> Trial:
@@ -423,5 +254,77 @@ def create_model(name: str, description: str | None = None, **fields: Any) -> Mo
     return _d().create_model(name, description, **fields)
 
 
-def get_models() -> list[Model]:
-    return _d().get_models()
+def get_models(*args: Any, **kwargs: Any) -> list[Model]:
+    return _d().get_models(*args, **kwargs)
+
+
+def list_models(*args: Any, **kwargs: Any) -> list[Model]:
+    return _d().list_models(*args, **kwargs)
+
+
+def whoami() -> User:
+    return _d().whoami()
+
+
+def get_session_username() -> str:
+    return _d().get_session_username()
+
+
+def get_workspace(name: str) -> Workspace:
+    return _d().get_workspace(name)
+
+
+def list_workspaces() -> list[Workspace]:
+    return _d().list_workspaces()
+
+
+def iter_trials_metrics(trial_ids: list[int], group: str) -> Iterator[TrialMetrics]:
+    return _d().iter_trials_metrics(trial_ids, group)
+
+
+stream_trials_metrics = iter_trials_metrics
+
+
+def stream_trials_training_metrics(trial_ids: list[int]) -> Iterator[TrialMetrics]:
+    return _d().stream_trials_training_metrics(trial_ids)
+
+
+def stream_trials_validation_metrics(trial_ids: list[int]) -> Iterator[TrialMetrics]:
+    return _d().stream_trials_validation_metrics(trial_ids)
+
+
+__all__ = [
+    "Checkpoint",
+    "Determined",
+    "Experiment",
+    "ExperimentState",
+    "Model",
+    "ModelVersion",
+    "OrderBy",
+    "Project",
+    "TrainingMetrics",
+    "Trial",
+    "TrialMetrics",
+    "TrialState",
+    "User",
+    "ValidationMetrics",
+    "Workspace",
+    "create_experiment",
+    "create_model",
+    "get_checkpoint",
+    "get_experiment",
+    "get_model",
+    "get_models",
+    "get_session_username",
+    "get_trial",
+    "get_workspace",
+    "iter_trials_metrics",
+    "list_experiments",
+    "list_models",
+    "list_workspaces",
+    "login",
+    "stream_trials_metrics",
+    "stream_trials_training_metrics",
+    "stream_trials_validation_metrics",
+    "whoami",
+]

@@ -12,13 +12,21 @@ from harness.api._errors import (
     TooLarge,
     Unauthenticated,
 )
-from harness.api._retry import OUTAGE_ENV, call_through_outage, is_transient, outage_from_env
+from harness.api._retry import (
+    OUTAGE_ENV,
+    Backoff,
+    call_through_outage,
+    is_transient,
+    outage_from_env,
+    retry_call,
+)
 from harness.api._session import API_PREFIX, Session
-from harness.api.client import Client
+from harness.api.client import Client, trial_rung
 
 __all__ = [
     "API_PREFIX",
     "APIError",
+    "Backoff",
     "BadRequest",
     "Client",
     "Conflict",
@@ -34,4 +42,6 @@ __all__ = [
     "call_through_outage",
     "is_transient",
     "outage_from_env",
+    "retry_call",
+    "trial_rung",
 ]

@@ -8,21 +8,29 @@ from __future__ import annotations
 
 import logging
 import tarfile
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.api._errors import MasterUnreachable
+from harness.api._client_more import MasterCalls, RegistryCalls
 from harness.api._session import Session
+from harness.api._tasks import JSON, TaskCalls
 
 logger = logging.getLogger("harness.api")
 
-JSON = dict[str, Any]
+
+def trial_rung(trial: Mapping[str, Any], rung_lengths: list[int]) -> int | None:
+    """The ASHA rung (1-based) a trial trains to, from `describe_experiment`'s `rung_lengths`;
+    None for a search without rungs (the CLI and det-tui both show it)."""
+    target = trial.get("searcher_target")
+    if len(rung_lengths) > 1 and target in rung_lengths:
+        return rung_lengths.index(target) + 1
+    return None
 
 
-class Client:
-    """Typed access to the master's REST API through one `Session` (one master, one token)."""
+class Client(TaskCalls, RegistryCalls, MasterCalls):
+    """Typed access to the master's REST API through one `Session` (one master, one token).
+    Tasks' routes are in `_tasks`, the model registry's and the master's own in `_client_more`."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -75,8 +83,32 @@ class Client:
         body = self.session.patch(f"/users/{username}", patch)
         return body.get("user", body) if isinstance(body, dict) else {}
 
-    def change_password(self, username: str, password: str) -> JSON:
-        return self.patch_user(username, password=password)
+    def change_password(
+        self, username: str, password: str, current_password: str | None = None
+    ) -> JSON:
+        """Set a password: your own needs `current_password` (an admin resetting another
+        user's does not). The master revokes the user's other sessions and reissues yours:
+        this client carries on with the new token, which is returned as `token`."""
+        body: dict[str, Any] = {"password": password}
+        if current_password is not None:
+            body["current_password"] = current_password
+        reply = self.session.patch(f"/users/{username}", body)
+        if isinstance(reply, dict) and reply.get("token"):
+            self.session.token = reply["token"]
+        return reply if isinstance(reply, dict) else {}
+
+    def link_with_agent_user(
+        self, username: str, *, agent_uid: int, agent_gid: int, agent_user: str, agent_group: str
+    ) -> JSON:
+        """The Unix user `username`'s trials run as on agents (Determined's command of the name)."""
+        body = {
+            "agent_uid": agent_uid,
+            "agent_gid": agent_gid,
+            "agent_user": agent_user,
+            "agent_group": agent_group,
+        }
+        resp = self.session.request("PUT", f"/users/{username}/agent-user-group", json=body)
+        return resp.json()["user"]
 
     # ---- experiments -----------------------------------------------------------------------
     def create_experiment(
@@ -92,9 +124,11 @@ class Client:
         activate: bool = True,
         template: str | None = None,
         validate_only: bool = False,
+        fail_if_cannot_fit: bool = False,
     ) -> JSON:
         """The whole reply: `{"experiment": ..., "warnings": [...]}`, or with `validate_only`
-        `{"config": expanded, "warnings": [...]}` (nothing is created)."""
+        `{"config": expanded, "warnings": [...]}` (nothing is created). `fail_if_cannot_fit`: a
+        400 instead of a warning when slots_per_trial exceeds the pool's connected agents."""
         files: dict[str, Any] = {"config": (None, config_text, "application/yaml")}
         if model_def is not None:
             files["model_def"] = ("model_def.tar.gz", model_def, "application/gzip")
@@ -103,6 +137,8 @@ class Client:
             params["template"] = template
         if validate_only:
             params["validate_only"] = "true"
+        if fail_if_cannot_fit:
+            params["fail_if_cannot_fit"] = "true"
         resp = self.session.request(
             "POST",
             "/experiments",
@@ -142,6 +178,7 @@ class Client:
         user: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        archived: bool | None = None,
     ) -> tuple[list[JSON], int]:
         """One page, newest first: `(experiments, total)`."""
         params: dict[str, Any] = {"limit": limit, "offset": offset}
@@ -149,24 +186,33 @@ class Client:
             params["state"] = state
         if user:
             params["user"] = user
+        if archived is not None:
+            params["archived"] = str(archived).lower()
         body = self.session.get("/experiments", params=params)
         exps = body["experiments"]
         return exps, int(body.get("total", len(exps)))
 
     def iter_experiments(
-        self, state: str | None = None, user: str | None = None, page: int = 100
+        self,
+        state: str | None = None,
+        user: str | None = None,
+        page: int = 100,
+        archived: bool | None = None,
     ) -> Iterator[JSON]:
         """Every matching experiment, paging through the list route."""
         offset = 0
         while True:
-            exps, total = self.list_experiments(state, user, page, offset)
+            exps, total = self.list_experiments(state, user, page, offset, archived)
             yield from exps
             offset += len(exps)
             if not exps or offset >= total:
                 return
 
-    def describe_experiment(self, exp_id: int) -> JSON:
-        """`{"experiment": Experiment, "trials": [Trial]}` in one request."""
+    def describe_experiment(self, exp_id: int, trials: bool = True) -> JSON:
+        """`{"experiment": Experiment, "trials": [Trial], "rung_lengths": [int]}` in one request
+        (`trials=False`: without the trials, cheap however many there are)."""
+        if not trials:
+            return self.session.get(f"/experiments/{exp_id}", params={"trials": "false"})
         return self.session.get(f"/experiments/{exp_id}")
 
     def get_experiment(self, exp_id: int) -> JSON:
@@ -202,6 +248,11 @@ class Client:
     def kill_experiment(self, exp_id: int) -> JSON:
         return self._exp_action(exp_id, "kill")
 
+    def continue_experiment(self, exp_id: int, override_config: str | None = None) -> JSON:
+        """Re-open an ended single-trial experiment; its same trial trains on (YAML overrides)."""
+        body = {"override_config": override_config} if override_config else {}
+        return self.session.post(f"/experiments/{exp_id}/continue", body)["experiment"]
+
     # ---- trials ----------------------------------------------------------------------------
     def get_trial(self, trial_id: int) -> JSON:
         return self.session.get(f"/trials/{trial_id}")["trial"]
@@ -229,11 +280,7 @@ class Client:
         timeout: float = 30.0,
     ) -> JSON:
         """One page of logs: `{"logs": [Log], "last_seq": N, "done": bool}`."""
-        params: dict[str, Any] = {"after": after, "limit": limit}
-        if follow:
-            params.update(follow="true", timeout=timeout)
-        http_timeout = timeout + 15.0 if follow else None
-        return self.session.get(f"/trials/{trial_id}/logs", params=params, timeout=http_timeout)
+        return self._logs_page(f"/trials/{trial_id}/logs", after, limit, follow, timeout)
 
     def follow_trial_logs(
         self, trial_id: int, after: int = 0, timeout: float = 30.0, max_outage: float = 120.0
@@ -242,23 +289,7 @@ class Client:
 
         Rides out a master restart of up to `max_outage` seconds.
         """
-        down_since: float | None = None
-        while True:
-            try:
-                page = self.trial_logs(trial_id, after=after, follow=True, timeout=timeout)
-            except MasterUnreachable:
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > max_outage:
-                    raise
-                time.sleep(1.0)
-                continue
-            down_since = None
-            logs = page.get("logs") or []
-            yield from logs
-            if logs:
-                after = int(logs[-1].get("seq", after))
-            if page.get("done") and not logs:
-                return
+        return self._follow_logs(f"/trials/{trial_id}/logs", after, timeout, max_outage)
 
     def list_trial_checkpoints(self, trial_id: int) -> list[JSON]:
         return self.session.get(f"/trials/{trial_id}/checkpoints")["checkpoints"]
@@ -292,6 +323,15 @@ class Client:
 
     def get_checkpoint(self, uuid: str) -> JSON:
         return self.session.get(f"/checkpoints/{uuid}")["checkpoint"]
+
+    def patch_checkpoint_metadata(
+        self, uuid: str, add: Mapping[str, Any] | None = None, remove: list[str] | None = None
+    ) -> JSON:
+        """Merge `add` into the checkpoint's metadata and drop the `remove` keys."""
+        body = {"add": dict(add or {}), "remove": list(remove or [])}
+        return self.session.request("PATCH", f"/checkpoints/{uuid}/metadata", json=body).json()[
+            "checkpoint"
+        ]
 
     def download_checkpoint(self, uuid: str, dest: str | Path) -> Path:
         """Fetch the checkpoint as a .tar.gz from the master and unpack it into `dest`."""
@@ -342,8 +382,11 @@ class Client:
         return {**resp["job"], "notes": resp.get("notes") or []}
 
     # ---- agents ----------------------------------------------------------------------------
-    def list_agents(self) -> list[JSON]:
-        return self.session.get("/agents")["agents"]
+    def list_agents(self, all_agents: bool = False) -> list[JSON]:
+        """The agents; without `all_agents`, LOST ones gone longer than the master's
+        lost_agent_retention are left out."""
+        params = {"all": "true"} if all_agents else None
+        return self.session.get("/agents", params=params)["agents"]
 
     def provisioner_pools(self) -> list[JSON]:
         """Pools with a cloud provider: instances, pending launches, the last launch error."""
@@ -353,6 +396,10 @@ class Client:
         """Register/heartbeat/fetch work; waits up to `body["wait"]` seconds on the master."""
         wait = float(body.get("wait", 0) or 0)
         return self.session.post(f"/agents/{agent_id}/poll", dict(body), timeout=wait + 30.0)
+
+    def reset_agent_credential(self, agent_id: str) -> JSON:
+        """Forget an agent's credential (admin): it joins again with the join token."""
+        return self.session.delete(f"/agents/{agent_id}/credential")
 
     def agent_logs(self, agent_id: str, logs: list[Mapping[str, Any]]) -> int:
         body = self.session.post(f"/agents/{agent_id}/logs", {"logs": list(logs)})
@@ -425,55 +472,8 @@ class Client:
     def delete_checkpoints(self, uuids: list[str]) -> JSON:
         return self.session.delete("/checkpoints", json={"checkpoint_uuids": list(uuids)})
 
+    def delete_tensorboard_files(self, exp_id: int) -> JSON:
+        return self.session.delete(f"/experiments/{exp_id}/tensorboard-files", timeout=600.0)
+
     def delete_experiment(self, exp_id: int) -> JSON:
         return self.session.delete(f"/experiments/{exp_id}", timeout=600.0)
-
-    # ---- model registry ----------------------------------------------------------------------
-    def create_model(self, name: str, **fields: Any) -> JSON:
-        body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
-        return self.session.post("/models", body)["model"]
-
-    def list_models(self, archived: bool | None = None) -> list[JSON]:
-        params = {} if archived is None else {"archived": str(archived).lower()}
-        return self.session.get("/models", params=params)["models"]
-
-    def get_model(self, name: str) -> JSON:
-        return self.session.get(f"/models/{name}")["model"]
-
-    def patch_model(self, name: str, **fields: Any) -> JSON:
-        return self.session.patch(f"/models/{name}", fields)["model"]
-
-    def archive_model(self, name: str, archived: bool = True) -> JSON:
-        action = "archive" if archived else "unarchive"
-        return self.session.post(f"/models/{name}/{action}")["model"]
-
-    def delete_model(self, name: str) -> JSON:
-        return self.session.delete(f"/models/{name}")
-
-    def list_model_versions(self, name: str) -> list[JSON]:
-        return self.session.get(f"/models/{name}/versions")["model_versions"]
-
-    def get_model_version(self, name: str, version: int | str) -> JSON:
-        """A version by number or by alias."""
-        return self.session.get(f"/models/{name}/versions/{version}")["model_version"]
-
-    def register_model_version(self, name: str, checkpoint_uuid: str, **fields: Any) -> JSON:
-        body = {"checkpoint_uuid": checkpoint_uuid}
-        body.update({k: v for k, v in fields.items() if v is not None})
-        return self.session.post(f"/models/{name}/versions", body)["model_version"]
-
-    def delete_model_version(self, name: str, version: int) -> JSON:
-        return self.session.delete(f"/models/{name}/versions/{version}")
-
-    def model_aliases(self, name: str) -> JSON:
-        """`{"aliases": {alias: version}, "history": [...]}`."""
-        return self.session.get(f"/models/{name}/aliases")
-
-    def set_model_alias(self, name: str, alias: str, version: int) -> JSON:
-        resp = self.session.request(
-            "PUT", f"/models/{name}/aliases/{alias}", json={"version": version}
-        )
-        return resp.json()
-
-    def remove_model_alias(self, name: str, alias: str) -> JSON:
-        return self.session.delete(f"/models/{name}/aliases/{alias}")

@@ -6,6 +6,7 @@ import fnmatch
 import io
 import os
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from detlab.constants import MAX_MODEL_DEF_BYTES
@@ -62,13 +63,37 @@ def collect(root: Path) -> list[tuple[Path, str]]:
     return out
 
 
-def build_model_def(model_dir: str | Path, limit: int | None = None) -> bytes:
-    """The `.tar.gz` bytes of `model_dir`; refuses (CliError) to exceed `limit` compressed."""
+def with_includes(
+    entries: list[tuple[Path, str]], includes: Sequence[str | Path]
+) -> list[tuple[Path, str]]:
+    """Determined's `det e create -i PATH`: each extra file or directory is packed at the top
+    of the model definition under its own name (a directory with its `.detignore` applied)."""
+    out = list(entries)
+    taken = {rel.split("/", 1)[0] for _, rel in entries}
+    for inc in includes:
+        path = Path(inc)
+        name = path.resolve().name
+        if not path.exists():
+            raise CliError(f"--include {inc}: no such file or directory")
+        if name in taken:
+            raise CliError(f"--include {inc}: the model definition already has {name!r}")
+        taken.add(name)
+        out.append((path, name))
+        if path.is_dir():
+            out += [(p, f"{name}/{rel}") for p, rel in collect(path)]
+    return out
+
+
+def build_model_def(
+    model_dir: str | Path | None, limit: int | None = None, includes: Sequence[str | Path] = ()
+) -> bytes:
+    """The `.tar.gz` bytes of `model_dir` (and `includes`); refuses (CliError) to exceed
+    `limit` compressed."""
     limit = MAX_MODEL_DEF_BYTES if limit is None else limit
-    root = Path(model_dir)
-    if not root.is_dir():
+    root = Path(model_dir) if model_dir is not None else None
+    if root is not None and not root.is_dir():
         raise CliError(f"model directory {model_dir} does not exist or is not a directory")
-    entries = collect(root)
+    entries = with_includes(collect(root) if root is not None else [], includes)
     raw = sum(p.lstat().st_size for p, _ in entries if not p.is_dir())
 
     def too_large(compressed: int) -> CliError:
@@ -76,7 +101,7 @@ def build_model_def(model_dir: str | Path, limit: int | None = None) -> bytes:
             f"model directory {model_dir} is too large: {size(raw)} in {len(entries)} entries "
             f"(at least {size(compressed)} compressed), over the {size(limit)} limit for a "
             f"model definition; add data sets, checkpoints and other large files to "
-            f"{root / DETIGNORE}"
+            f"{(root or Path('.')) / DETIGNORE}"
         )
 
     buf = io.BytesIO()

@@ -1,4 +1,4 @@
-"""`det agent list`."""
+"""`det agent list | pools | reset-credential`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from harness.cli._common import Cli, add_json_flag, print_json, print_table, whe
 
 
 def list_agents(cli: Cli, args: argparse.Namespace) -> int:
-    agents = cli.client().list_agents()
+    agents = cli.client().list_agents(all_agents=args.all)
     if args.json:
         print_json(cli, agents)
         return 0
@@ -83,12 +83,32 @@ def list_pools(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
+def reset_credential(cli: Cli, args: argparse.Namespace) -> int:
+    cli.client().reset_agent_credential(args.agent_id)
+    cli.out.write(
+        f"Reset the credential of agent {args.agent_id}: it stops working now; the agent's next "
+        "start exchanges the cluster's join token (DET_AGENT_TOKEN) for a new one\n"
+    )
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("agent", aliases=["a"], help="inspect agents")
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     x = s.add_parser("list", aliases=["ls"], help="agents and their slots")
+    x.add_argument(
+        "--all",
+        "-a",
+        action="store_true",
+        help="also LOST agents gone longer than the master's lost_agent_retention (default 1 h)",
+    )
     add_json_flag(x)
     x.set_defaults(func=list_agents)
     x = s.add_parser("pools", help="elastic pools: cloud instances, launches and launch errors")
     add_json_flag(x)
     x.set_defaults(func=list_pools)
+    x = s.add_parser(
+        "reset-credential", help="forget an agent's credential (admin; a lost or leaked one)"
+    )
+    x.add_argument("agent_id")
+    x.set_defaults(func=reset_credential)

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.api.client import Client
+from harness.api.client import Client, trial_rung
 from harness.cli._common import (
     Cli,
     CliError,
@@ -55,21 +55,41 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
     if not args.template:  # with a template, the master validates the merged config
         config = validate_config_text(text)
     client = cli.client()
-    if args.test:
-        body = client.submit_experiment(text, None, template=args.template, validate_only=True)
+    if args.validate_only or args.test:
+        body = client.submit_experiment(
+            text,
+            None,
+            template=args.template,
+            validate_only=True,
+            fail_if_cannot_fit=args.fail_if_cannot_fit,
+        )
         _warn(cli, body)
-        cli.out.write("Experiment configuration is valid (nothing was created)\n")
-        return 0
-    model_def = build_model_def(args.model_dir)
-    if config is not None:  # the master checks too; this saves the upload
+        if not args.test:
+            cli.out.write("Experiment configuration is valid (nothing was created)\n")
+            return 0
+        cli.out.write("Experiment configuration validation succeeded\n")
+    model_def = _pack(args)
+    if config is not None and model_def is not None:  # the master checks too; saves the upload
         from detlab.entrypoint import missing_file_message, tar_names
 
         names = tar_names(model_def)
         message = missing_file_message(config["entrypoint"], names) if names is not None else None
         if message:
             raise CliError(f"entrypoint: {message} ({args.model_dir})")
+    if args.test:
+        import yaml
+
+        from harness.cli.experiment_daily import run_test
+
+        # The submitted keys (storage credentials included); with a template, the merge.
+        base = body["config"] if args.template else yaml.safe_load(text)
+        return run_test(cli, client, base, model_def)
     body = client.submit_experiment(
-        text, model_def, activate=not args.paused, template=args.template
+        text,
+        model_def,
+        activate=not args.paused,
+        template=args.template,
+        fail_if_cannot_fit=args.fail_if_cannot_fit,
     )
     _warn(cli, body)
     exp = body["experiment"]
@@ -79,6 +99,14 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
     if not args.follow:
         return 0
     return 0 if follow_experiment(client, exp["id"]) == "COMPLETED" else 1
+
+
+def _pack(args: argparse.Namespace) -> bytes | None:
+    """The model directory plus `-i` includes; None when neither is given (Determined's
+    model definition is optional: the entrypoint is then in the image)."""
+    if args.model_dir is None and not args.include:
+        return None
+    return build_model_def(args.model_dir, includes=args.include)
 
 
 def _warn(cli: Cli, body: dict) -> None:
@@ -123,8 +151,23 @@ TRIAL_COLUMNS: list[Column] = [
 def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
     client = cli.client()
     user = None if args.all else client.me()["username"]
-    exps = list(client.iter_experiments(state=args.state, user=user))
-    if args.json:
+    # As Determined: archived experiments only with --all.
+    archived = None if args.all else False
+    exps = list(client.iter_experiments(state=args.state, user=user, archived=archived))
+    if args.csv:
+        from harness.cli._render import det_percent, det_time, print_csv
+
+        headers = ["ID", "Owner", "Name", "Parent ID", "State", "Progress", "Started", "Ended"]
+        headers += ["Resource Pool"] + (["Archived"] if args.all else [])
+        rows = [
+            [e["id"], e.get("owner"), e.get("name"), None, e.get("state")]
+            + [det_percent(e.get("progress")), det_time(e.get("created_at"))]
+            + [det_time(e.get("ended_at")), e.get("resource_pool")]
+            + ([bool(e.get("archived"))] if args.all else [])
+            for e in exps
+        ]
+        print_csv(cli, headers, rows)
+    elif args.json:
         print_json(cli, exps)
     elif not exps and user is not None:
         state = f" {args.state}" if args.state else ""
@@ -184,9 +227,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
         {
             **t,
             "latest_metric": metric_value(t.get("latest_validation"), metric),
-            "rung": lengths.index(t["searcher_target"]) + 1
-            if t.get("searcher_target") in lengths and len(lengths) > 1
-            else None,
+            "rung": trial_rung(t, lengths),
         }
         for t in detail.get("trials") or []
     ]
@@ -265,10 +306,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     x = s.add_parser("create", help="validate CONFIG, upload MODEL_DIR, start the experiment")
     x.add_argument("config", metavar="CONFIG", help="experiment config (YAML)")
-    x.add_argument("model_dir", metavar="MODEL_DIR", help="directory with the training code")
+    x.add_argument(
+        "model_dir", metavar="MODEL_DIR", nargs="?", help="directory with the training code"
+    )
+    x.add_argument(
+        "-i",
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="another file or directory to pack beside the model directory (repeatable)",
+    )
     x.add_argument(
         "-f",
         "--follow",
+        "--follow-first-trial",
+        dest="follow",
         action="store_true",
         help="follow states, progress and logs until the experiment ends",
     )
@@ -283,18 +336,37 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="override a config key, e.g. --config resources.slots_per_trial=2 (repeatable)",
     )
     x.add_argument(
+        "-t",
         "--test",
-        "--validate",
+        "--test-mode",
         dest="test",
         action="store_true",
+        help="as Determined: run a small test experiment (one batch, a validation and a "
+        "checkpoint) and report whether it succeeded; archived when it ends",
+    )
+    x.add_argument(
+        "--validate-only",
+        "--validate",
+        dest="validate_only",
+        action="store_true",
         help="validate the config locally and on the master without creating anything",
+    )
+    x.add_argument(
+        "--fail-if-cannot-fit",
+        action="store_true",
+        help="refuse the experiment when its slots_per_trial exceeds what its resource pool's "
+        "agents offer now (default: create it with a warning; it waits for agents)",
     )
     x.set_defaults(func=create)
 
     x = s.add_parser("list", aliases=["ls"], help="list your experiments (--all: everyone's)")
-    x.add_argument("--all", "-a", action="store_true", help="experiments of every user")
+    x.add_argument(
+        "--all", "-a", action="store_true", help="experiments of every user, archived ones too"
+    )
     x.add_argument("--state", help="only experiments in this state (e.g. ACTIVE)")
-    add_json_flag(x)
+    fmt = x.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print as CSV (Determined's columns)")
+    fmt.add_argument("--json", action="store_true", help="print machine-readable JSON")
     x.set_defaults(func=list_experiments)
 
     x = s.add_parser("describe", help="an experiment and its trials")
@@ -304,11 +376,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     for name, past, help_ in [
         ("pause", "Paused", "checkpoint the trials and free their slots"),
-        ("activate", "Activated", "resume a paused experiment"),
+        ("activate", "Activated", "resume a paused experiment (also: unpause)"),
         ("cancel", "Canceled", "stop gracefully (trials checkpoint first)"),
         ("kill", "Killed", "stop now (processes are killed)"),
     ]:
-        x = s.add_parser(name, help=help_)
+        aliases = ["unpause"] if name == "activate" else []
+        x = s.add_parser(name, aliases=aliases, help=help_)
         x.add_argument("id", type=int, metavar="ID")
         x.set_defaults(func=_action(name, past))
 
@@ -319,9 +392,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(x)
     x.set_defaults(func=preview_search)
 
+    from harness.cli.experiment_daily import register_daily
     from harness.cli.experiment_more import register_more
 
     set_fields = register_more(s)
+    register_daily(s)
 
     x = s.add_parser("logs", help="logs of the experiment's trials")
     x.add_argument("id", type=int, metavar="ID")

@@ -1,31 +1,46 @@
-"""More `det experiment` forms Determined users type: list-checkpoints, download, set, label,
-continue."""
+"""More `det experiment` forms Determined users type: list-checkpoints, set, label, continue."""
 
 from __future__ import annotations
 
 import argparse
-import io
-import tarfile
-from pathlib import Path
 
-from harness.cli._common import Cli, CliError, add_json_flag
+from harness.cli._common import Cli, CliError, print_json, size
+from harness.cli._render import print_rows
 
 
 def list_checkpoints(cli: Cli, args: argparse.Namespace) -> int:
+    """`det e lc ID [--best N] [--csv]`: Determined's columns with --csv or --best (the
+    validation metric shown is the searcher metric at the checkpoint's step)."""
     from harness.cli.checkpoint import list_checkpoints as ckpt_list
 
-    args.experiment, args.trial = args.id, None
-    return ckpt_list(cli, args)
+    if args.best is None and not args.csv:
+        args.experiment, args.trial = args.id, None
+        return ckpt_list(cli, args)
+    from harness._ckpt_io import ranked_checkpoints, validation_metrics
 
-
-def download(cli: Cli, args: argparse.Namespace) -> int:
-    """The experiment's model definition, unpacked into OUTPUT (default: ./experiment_ID)."""
-    data = cli.client().get_model_def(args.id)
-    dest = Path(args.output or f"experiment_{args.id}")
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")
-    cli.out.write(f"Downloaded the model definition of experiment {args.id} to {dest}\n")
+    client = cli.client()
+    exp = client.get_experiment(args.id)
+    if args.best is not None:
+        ckpts = ranked_checkpoints(client, args.id, limit=args.best, validated_only=True)
+    else:
+        ckpts = sorted(
+            client.list_checkpoints(experiment_id=args.id),
+            key=lambda c: str(c.get("reported_at") or ""),
+        )
+    if args.json:
+        print_json(cli, ckpts)
+        return 0
+    metric = exp.get("searcher_metric") or ""
+    values = validation_metrics(client, ckpts)
+    headers = ["Trial ID", "# of Batches", "State", "Validation Metric", "UUID", "Resources"]
+    rows = [
+        [c.get("trial_id"), c.get("steps_completed"), c.get("state")]
+        + [(values.get(c["uuid"]) or {}).get(metric), c["uuid"]]
+        + ["\n".join(sorted((c.get("resources") or {}).keys()))]
+        + [size(sum((c.get("resources") or {}).values()))]
+        for c in ckpts
+    ]
+    print_rows(cli, [*headers, "Size"], rows, args.csv)
     return 0
 
 
@@ -66,44 +81,43 @@ def label(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def continue_experiment(cli: Cli, args: argparse.Namespace) -> int:
-    """Train on from the latest checkpoint of a single-trial experiment: a new experiment with
-    the same config (plus --config overrides) and files, whose trial starts from it."""
+    """Determined 0.38's `det e continue`: the ended single-trial experiment becomes ACTIVE
+    again and its same trial (same id, metrics and checkpoints) trains on from its latest
+    checkpoint; --config-file and --config overrides are merged over its config."""
     import yaml
 
-    from harness.api import NotFound
     from harness.cli._overrides import OverrideError, apply_overrides
 
-    client = cli.client()
-    trials = client.list_experiment_trials(args.id)
-    if len(trials) != 1:
-        raise CliError(
-            f"experiment {args.id} has {len(trials)} trials; continue takes a single-trial one"
-        )
-    latest = trials[0].get("latest_checkpoint")
-    if not latest:
-        raise CliError(f"trial {trials[0]['id']} of experiment {args.id} has no checkpoint yet")
-    config = client.get_experiment_config(args.id)["original"]
+    override: dict = {}
+    if args.config_file is not None:
+        with args.config_file as f:
+            loaded = yaml.safe_load(f.read())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise CliError(f"{args.config_file.name}: the config must be a mapping")
+        override = loaded or {}
     try:
-        raw = apply_overrides(yaml.safe_load(config), args.config_overrides)
+        override = apply_overrides(override, args.config_overrides)
     except OverrideError as e:
         raise CliError(str(e)) from e
-    searcher = raw.setdefault("searcher", {})
-    searcher["source_checkpoint_uuid"] = latest
-    try:
-        model_def: bytes | None = client.get_model_def(args.id)
-    except NotFound:
-        model_def = None
-    body = client.submit_experiment(yaml.safe_dump(raw, sort_keys=False), model_def)
-    new = body["experiment"]["id"]
-    cli.out.write(f"Continued experiment {args.id} from checkpoint {latest}\n")
-    cli.out.write(f"Created experiment {new}\n")
+    text = yaml.safe_dump(override, sort_keys=False) if override else None
+    client = cli.client()
+    client.continue_experiment(args.id, text)
+    cli.out.write(f"Continued experiment {args.id}\n")
+    if args.follow_first_trial:
+        from harness.cli._follow import follow_experiment
+
+        return 0 if follow_experiment(client, args.id) == "COMPLETED" else 1
     return 0
 
 
 def register_more(s: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """Adds continue, download, set, label, ...; returns `set`'s fields (others add to it)."""
-    x = s.add_parser("continue", help="train a single-trial experiment on from its checkpoint")
+    x = s.add_parser(
+        "continue", help="train an ended single-trial experiment's trial on from its checkpoint"
+    )
     x.add_argument("id", type=int, metavar="ID")
+    x.add_argument("config_file", nargs="?", type=argparse.FileType("r"), metavar="CONFIG_FILE")
+    x.add_argument("-f", "--follow-first-trial", action="store_true", help="follow its logs")
     x.add_argument(
         "--config",
         dest="config_overrides",
@@ -114,15 +128,18 @@ def register_more(s: argparse._SubParsersAction) -> argparse._SubParsersAction:
     )
     x.set_defaults(func=continue_experiment)
 
-    x = s.add_parser("list-checkpoints", help="the experiment's checkpoints")
+    x = s.add_parser("list-checkpoints", aliases=["lc"], help="the experiment's checkpoints")
     x.add_argument("id", type=int, metavar="ID")
-    add_json_flag(x)
+    x.add_argument(
+        "--best",
+        type=int,
+        metavar="N",
+        help="the best N by the searcher metric (only checkpoints with a validation)",
+    )
+    fmt = x.add_mutually_exclusive_group()
+    fmt.add_argument("--csv", action="store_true", help="print as CSV (Determined's columns)")
+    fmt.add_argument("--json", action="store_true", help="print machine-readable JSON")
     x.set_defaults(func=list_checkpoints)
-
-    x = s.add_parser("download", help="download the experiment's model definition")
-    x.add_argument("id", type=int, metavar="ID")
-    x.add_argument("-o", "--output-dir", dest="output", metavar="DIR")
-    x.set_defaults(func=download)
 
     x = s.add_parser("set", help="set description|name|max-slots|priority|weight")
     fields = x.add_subparsers(dest="field", metavar="FIELD", required=True)

@@ -1,4 +1,7 @@
-"""`det job list` and `det job update`: the queue per resource pool, and steering it."""
+"""`det job list` and `det job update`: the queue per resource pool, and steering it.
+
+Every task that queues or runs is listed: an experiment (all its trials one job) and each command
+(a job of its own, its task id the job id), as Determined's job list shows them."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ JOB_COLUMNS: list[Column] = [
     ("POS", "position"),
     ("AHEAD", "jobs_ahead"),
     ("JOB", "job_id"),
+    ("TYPE", "type"),
     ("NAME", "name"),
     ("STATE", "state"),
     ("USER", "user"),
@@ -36,6 +40,8 @@ def list_jobs(cli: Cli, args: argparse.Namespace) -> int:
             f"{pool.get('slots_used', 0)}/{pool.get('slots_total', 0)} slots used, "
             f"{pool.get('agents', 0)} agent(s), {len(pool.get('jobs') or [])} job(s)\n"
         )
+        if pool.get("note"):  # a backend's word on the pool (Slurm: its nodes are drained)
+            cli.out.write(f"Note: {pool['note']}\n")
         if pool.get("jobs"):
             print_table(cli, pool["jobs"], JOB_COLUMNS)
     return 0

@@ -8,7 +8,21 @@ import sys
 from collections.abc import Sequence
 
 from harness.api import APIError, DetError, MasterUnreachable, Unauthenticated, auth
-from harness.cli import agent, checkpoint, experiment, job, model, template, trial, user
+from harness.cli import (
+    agent,
+    checkpoint,
+    cluster,
+    experiment,
+    job,
+    model,
+    notebook,
+    shell,
+    task,
+    template,
+    tensorboard,
+    trial,
+    user,
+)
 from harness.cli._common import DEFAULT_MASTER, Cli, CliError
 
 
@@ -23,7 +37,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="master URL (default: $DET_MASTER or %(default)s)",
     )
     sub = parser.add_subparsers(dest="noun", metavar="NOUN", required=True)
-    for noun in (experiment, trial, checkpoint, model, job, agent, user, template):
+    nouns = (
+        experiment,
+        trial,
+        checkpoint,
+        model,
+        job,
+        task,
+        notebook,
+        tensorboard,
+        shell,
+        agent,
+        user,
+        template,
+        cluster,
+    )
+    for noun in nouns:
         noun.register(sub)
     return parser
 

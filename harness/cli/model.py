@@ -87,6 +87,24 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
         ],
     )
     cli.out.write("\n")
+    _versions_table(cli, versions)
+    if aliases["history"]:
+        cli.out.write("\nAlias history:\n")
+        print_table(
+            cli,
+            aliases["history"],
+            [
+                ("ALIAS", "alias"),
+                ("FROM", "from_version"),
+                ("TO", "to_version"),
+                ("BY", "username"),
+                ("AT", lambda e: when(e.get("at"))),
+            ],
+        )
+    return 0
+
+
+def _versions_table(cli: Cli, versions: list[dict]) -> None:
     print_table(
         cli,
         versions,
@@ -105,19 +123,18 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
             ("CREATED", lambda v: when(v.get("creation_time"))),
         ],
     )
-    if aliases["history"]:
-        cli.out.write("\nAlias history:\n")
-        print_table(
-            cli,
-            aliases["history"],
-            [
-                ("ALIAS", "alias"),
-                ("FROM", "from_version"),
-                ("TO", "to_version"),
-                ("BY", "username"),
-                ("AT", lambda e: when(e.get("at"))),
-            ],
-        )
+
+
+def list_versions(cli: Cli, args: argparse.Namespace) -> int:
+    """`det model list-versions NAME`: newest first, as Determined lists them."""
+    client = cli.client()
+    m = client.get_model(args.name)
+    versions = sorted(client.list_model_versions(args.name), key=lambda v: -int(v["version"]))
+    if args.json:  # Determined's keys (its GET /models/{id}/versions reply)
+        print_json(cli, {"model": m, "modelVersions": versions})
+        return 0
+    cli.out.write(f"Model {m['name']} ({m.get('description') or 'no description'})\n\n")
+    _versions_table(cli, versions)
     return 0
 
 
@@ -224,6 +241,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("name", metavar="NAME")
     add_json_flag(x)
     x.set_defaults(func=describe)
+
+    x = s.add_parser("list-versions", help="a model's versions, newest first")
+    x.add_argument("name", metavar="NAME")
+    add_json_flag(x)
+    x.set_defaults(func=list_versions)
 
     x = s.add_parser("register-version", help="register checkpoint UUID as the next version")
     x.add_argument("name", metavar="NAME")

@@ -45,6 +45,32 @@ def set_template(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
+def create_template(cli: Cli, args: argparse.Namespace) -> int:
+    """Determined's `det template create`: refuses a name that exists (`set` replaces)."""
+    from harness.api import NotFound
+
+    client = cli.client()
+    try:
+        client.get_template(args.name)
+    except NotFound:
+        client.set_template(args.name, _read(args.file))
+        cli.out.write(f"Created template {args.name}\n")
+        return 0
+    raise CliError(
+        f"template {args.name!r} already exists; `det template set-value config` "
+        "replaces its config"
+    )
+
+
+def update_config(cli: Cli, args: argparse.Namespace) -> int:
+    """Determined's `det template set-value config`: only an existing template."""
+    client = cli.client()
+    client.get_template(args.name)  # NotFound names it
+    client.set_template(args.name, _read(args.file))
+    cli.out.write(f"Updated template {args.name}\n")
+    return 0
+
+
 def remove(cli: Cli, args: argparse.Namespace) -> int:
     cli.client().remove_template(args.name)
     cli.out.write(f"Removed template {args.name}\n")
@@ -80,6 +106,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("name", metavar="NAME")
     x.add_argument("file", metavar="FILE")
     x.set_defaults(func=set_template)
+    x = s.add_parser("create", help="create template NAME from a YAML file (a new name only)")
+    x.add_argument("name", metavar="NAME")
+    x.add_argument("file", metavar="FILE")
+    x.set_defaults(func=create_template)
+
+    x = s.add_parser("set-value", help="set a template's attributes: config NAME FILE")
+    values = x.add_subparsers(dest="attribute", metavar="ATTRIBUTE", required=True)
+    y = values.add_parser("config", help="replace an existing template's config")
+    y.add_argument("name", metavar="NAME")
+    y.add_argument("file", metavar="FILE")
+    y.set_defaults(func=update_config)
+
     x = s.add_parser("remove", aliases=["rm"], help="delete a template")
     x.add_argument("name", metavar="NAME")
     x.set_defaults(func=remove)

@@ -133,20 +133,37 @@ def metrics(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def logs(cli: Cli, args: argparse.Namespace) -> int:
+    """All of a trial's logs; `--head N` the first N lines, `--tail N` the last N (then, with
+    `-f`, what follows), as Determined's `det trial logs`."""
     client = cli.client()
-    if args.follow:
+    if args.follow and args.tail is None:
         for log in client.follow_trial_logs(args.id):
             print_log_line(args.id, log, prefix=False)
         return 0
-    after = 0
-    while True:
+    from collections import deque
+
+    last: deque[dict] = deque(maxlen=args.tail)
+    after, shown = 0, 0
+    while args.head is None or shown < args.head:
         page = client.trial_logs(args.id, after=after, limit=1000)
         lines = page.get("logs") or []
         if not lines:
-            return 0
+            break
+        if args.head is not None:
+            lines = lines[: args.head - shown]
+        shown += len(lines)
         for log in lines:
-            print_log_line(args.id, log, prefix=False)
+            if args.tail is None:
+                print_log_line(args.id, log, prefix=False)
+            else:
+                last.append(log)
         after = int(lines[-1].get("seq", after))
+    for log in last:
+        print_log_line(args.id, log, prefix=False)
+    if args.follow:
+        for log in client.follow_trial_logs(args.id, after=after):
+            print_log_line(args.id, log, prefix=False)
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -170,4 +187,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     x = s.add_parser("logs", help="a trial's logs")
     x.add_argument("id", type=int, metavar="ID")
     x.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    ends = x.add_mutually_exclusive_group()
+    ends.add_argument("--head", type=_count, metavar="N", help="only the first N lines")
+    ends.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
     x.set_defaults(func=logs)
+
+
+def _count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of lines (0 or more), not {value!r}")
+    return n

@@ -90,11 +90,34 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def change_password(cli: Cli, args: argparse.Namespace) -> int:
+    """Your own password needs the current one; an admin resetting NAME's does not. Every other
+    session of the user ends; yours continues with the token the master reissued."""
     client = cli.client()
-    name = args.name or client.me()["username"]
+    me = client.me()["username"]
+    name = args.name or me
+    current = None
+    if name == me:
+        current = _password(f"Current password for {name}: ", instead="run it in a terminal")
     password = _password(f"New password for {name}: ", confirm=True, instead="run it in a terminal")
-    client.change_password(name, password)
+    reply = client.change_password(name, password, current_password=current)
+    if reply.get("token"):
+        auth.save_token(cli.master, name, reply["token"])
     cli.out.write(f"Changed the password of {name}\n")
+    return 0
+
+
+def link_with_agent_user(cli: Cli, args: argparse.Namespace) -> int:
+    cli.client().link_with_agent_user(
+        args.name,
+        agent_uid=args.agent_uid,
+        agent_gid=args.agent_gid,
+        agent_user=args.agent_user,
+        agent_group=args.agent_group,
+    )
+    cli.out.write(
+        f"{args.name}'s trials run as {args.agent_user}:{args.agent_group} "
+        f"({args.agent_uid}:{args.agent_gid}) on agents\n"
+    )
     return 0
 
 
@@ -126,3 +149,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     x = s.add_parser("change-password", help="change your (or, as admin, NAME's) password")
     x.add_argument("name", nargs="?")
     x.set_defaults(func=change_password)
+
+    x = s.add_parser(
+        "link-with-agent-user", help="the Unix user NAME's trials run as on agents (admin)"
+    )
+    x.add_argument("name")
+    for flag, kind in (
+        ("--agent-uid", int),
+        ("--agent-gid", int),
+        ("--agent-user", str),
+        ("--agent-group", str),
+    ):
+        x.add_argument(flag, type=kind, required=True)
+    x.set_defaults(func=link_with_agent_user)

@@ -6,7 +6,7 @@ from harness.core._context import Context, init
 from harness.core._distributed import DistributedContext, DummyDistributedContext
 from harness.core._preempt import PreemptContext, PreemptMode
 from harness.core._searcher import SearcherContext, SearcherMode, SearcherOperation
-from harness.core._train import EarlyExitReason, TrainContext
+from harness.core._train import EarlyExitReason, TensorboardMode, TrainContext
 
 __all__ = [
     "CheckpointContext",
@@ -20,6 +20,7 @@ __all__ = [
     "SearcherContext",
     "SearcherMode",
     "SearcherOperation",
+    "TensorboardMode",
     "TrainContext",
     "init",
 ]

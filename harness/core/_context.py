@@ -20,7 +20,8 @@ from harness.core._distributed import DistributedContext, DummyDistributedContex
 from harness.core._preempt import PreemptContext, PreemptMode
 from harness.core._searcher import SearcherContext
 from harness.core._shipper import MetricsShipper
-from harness.core._train import EarlyExitReason, TrainContext
+from harness.core._tensorboard import TensorboardManager, local_root
+from harness.core._train import EarlyExitReason, TensorboardMode, TrainContext
 from harness.storage import StorageManager, build
 
 logger = logging.getLogger("harness.core")
@@ -74,6 +75,7 @@ class Context:
             return
         self._closed = True
         self.preempt.close()
+        self.train.close_tensorboard()
         if self._shipper is not None:
             if not self._shipper.close(timeout=EXIT_FLUSH_TIMEOUT):
                 logger.error(
@@ -103,6 +105,19 @@ class Context:
         return False  # everything else propagates with the user's own traceback
 
 
+def _tensorboard_mode(value: TensorboardMode | str | None) -> TensorboardMode:
+    if value is None:
+        return TensorboardMode.AUTO
+    if isinstance(value, TensorboardMode):
+        return value
+    try:
+        return TensorboardMode(str(value).upper())
+    except ValueError:
+        raise ValueError(
+            f"tensorboard_mode must be TensorboardMode.AUTO or MANUAL, not {value!r}"
+        ) from None
+
+
 def _storage_factory(
     checkpoint_storage: str | os.PathLike[str] | dict[str, Any] | StorageManager | None,
     info: ClusterInfo | None,
@@ -129,7 +144,7 @@ def init(
     distributed: DistributedContext | None = None,
     checkpoint_storage: str | os.PathLike[str] | dict[str, Any] | StorageManager | None = None,
     preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
-    tensorboard_mode: Any = None,
+    tensorboard_mode: TensorboardMode | str | None = None,
     async_checkpointing: bool = False,
     on_orphaned: Callable[[str], None] | None = None,
 ) -> Context:
@@ -139,15 +154,18 @@ def init(
     session token. Off-cluster it works locally: metrics go to the log, checkpoints to
     `./checkpoints/<uuid>` (or `checkpoint_storage`), the searcher yields one operation of
     length `DET_MAX_LENGTH` (default 1) and preemption never comes.
-    `tensorboard_mode`/`async_checkpointing` are accepted for Determined compatibility.
+    `tensorboard_mode` (default AUTO) says whether reported metrics become TensorBoard events
+    uploaded to checkpoint storage (docs/tensorboard.md); `async_checkpointing` is accepted for
+    Determined compatibility.
     Without `distributed`, a process started by a launcher with several workers (`WORLD_SIZE`
     > 1, e.g. `python3 -m harness.launch.torch_distributed`) joins torch.distributed itself.
     """
     dist = distributed or from_env() or DummyDistributedContext()
     info = get_cluster_info()
     storage = _storage_factory(checkpoint_storage, info)
+    mode = _tensorboard_mode(tensorboard_mode)
     if info is None:
-        train = TrainContext(None, dist)
+        train = TrainContext(None, dist, tensorboard_mode=mode)
         return Context(
             checkpoint=CheckpointContext(storage, dist),
             distributed=dist,
@@ -163,7 +181,14 @@ def init(
     client = Client(Session(info.master_url, info.session_token, outage_s=outage_from_env()))
     trial_id = info.trial.trial_id
     shipper = MetricsShipper(client, trial_id, orphaned) if dist.rank == 0 else None
-    train = TrainContext(shipper, dist, client, trial_id)
+    tensorboard = TensorboardManager(
+        local_root(info.allocation_id, dist.rank),
+        storage,
+        info.trial.experiment_id,
+        trial_id,
+        dist.rank,
+    )
+    train = TrainContext(shipper, dist, client, trial_id, tensorboard, mode)
     return Context(
         checkpoint=CheckpointContext(storage, dist, client, trial_id),
         distributed=dist,

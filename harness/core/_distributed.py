@@ -186,6 +186,40 @@ class DistributedContext:
             owns_process_group=owns_process_group,
         )
 
+    @classmethod
+    def from_deepspeed(
+        cls, chief_ip: str | None = None, *, pub_port: int = 12360
+    ) -> DistributedContext:
+        """Determined 0.38's form for DeepSpeed scripts: ranks from the DeepSpeed launcher's
+        environment (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_SIZE`, `CROSS_RANK`), or
+        torchrun's names (`LOCAL_WORLD_SIZE`, `GROUP_RANK`) under
+        `determined.launch.torch_distributed`. The object collectives do not ride on
+        DeepSpeed's process group: the chief (`chief_ip`, else `DET_CHIEF_IP`, else
+        `MASTER_ADDR`) hosts a store at `pub_port` (a detlab keyword; Determined's default).
+        `determined.launch.deepspeed` sets DeepSpeed's names (docs/determined-compat.md)."""
+        env = os.environ
+        try:
+            size = int(env["WORLD_SIZE"])
+            rank = int(env["RANK"])
+            local_rank = int(env["LOCAL_RANK"])
+        except (KeyError, ValueError) as e:
+            raise RuntimeError(
+                "from_deepspeed() reads RANK, WORLD_SIZE and LOCAL_RANK from the launcher's "
+                f"environment; {e} is missing or not an integer"
+            ) from None
+        local_size = int(env.get("LOCAL_SIZE") or env.get("LOCAL_WORLD_SIZE") or size)
+        cross_rank = int(env.get("CROSS_RANK") or env.get("GROUP_RANK") or rank // local_size)
+        return cls(
+            rank=rank,
+            size=size,
+            local_rank=local_rank,
+            local_size=local_size,
+            cross_rank=cross_rank,
+            cross_size=max(size // max(local_size, 1), 1),
+            chief_ip=chief_ip or env.get("DET_CHIEF_IP") or env.get("MASTER_ADDR"),
+            pub_port=pub_port,
+        )
+
 
 def _destroy_default_group() -> None:
     import torch.distributed as dist

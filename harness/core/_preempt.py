@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from harness.api import APIError, MasterUnreachable, Unauthenticated
+from harness.api import APIError, Backoff, MasterUnreachable, Unauthenticated
 from harness.api.client import Client
 from harness.core._distributed import DistributedContext
 
@@ -42,20 +42,20 @@ class _Watcher(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        delay = 0.5
+        backoff = Backoff(first=0.5, cap=10.0)
         while not self.stopping.is_set():
             try:
                 if self.client.get_preemption(self.allocation_id, timeout=self.poll_timeout):
                     self.flag.set()
                     return
-                delay = 0.5
+                backoff.reset()
             except Unauthenticated as e:
                 self.on_orphaned(f"the master rejected this trial's session token ({e})")
                 return
             except (MasterUnreachable, APIError) as e:
+                delay = backoff.next()
                 logger.debug("preemption poll failed (%s); retrying in %.1fs", e, delay)
                 self.stopping.wait(delay)
-                delay = min(delay * 2, 10.0)
 
 
 class PreemptContext:

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from harness.api import Backoff
 from harness.api.client import Client
 from harness.core._distributed import DistributedContext
 from harness.core._jsonable import jsonable
@@ -118,7 +119,7 @@ class SearcherContext:
     def _next_length(self) -> int | None:
         """Ask the master until it has an operation or says the trial is done."""
         assert self._client is not None and self._trial_id is not None
-        delay = self._poll_interval
+        backoff = Backoff(first=self._poll_interval, cap=5.0, factor=1.5)
         while True:
             body = self._client.get_searcher_operation(self._trial_id)
             op = body.get("operation")
@@ -126,8 +127,7 @@ class SearcherContext:
                 return int(op["length"])
             if body.get("completed"):
                 return None
-            time.sleep(delay)  # the searcher is still deciding (e.g. waiting on a rung)
-            delay = min(delay * 1.5, 5.0)
+            time.sleep(backoff.next())  # the searcher is still deciding (e.g. waiting on a rung)
 
     def _complete(self, length: int, metric: Any) -> None:
         if self._client is None or self._trial_id is None:

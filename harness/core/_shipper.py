@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from harness.api import APIError, BadRequest, MasterUnreachable, Unauthenticated
+from harness.api import APIError, BadRequest, MasterUnreachable, Unauthenticated, retry_call
 from harness.api.client import Client
 from harness.core._jsonable import jsonable
 
@@ -207,20 +207,24 @@ class MetricsShipper:
 
     def _retrying(self, call: Callable[[], Any]) -> Any:
         """Call until it succeeds; back off while the master is unreachable or failing (5xx)."""
-        delay = 0.1
-        while True:
-            try:
-                self.requests += 1
-                return call()
-            except MasterUnreachable as e:
-                reason = str(e)
-            except APIError as e:
-                if e.status < 500:
-                    raise
-                reason = f"HTTP {e.status}: {e}"
+
+        def counted() -> Any:
+            self.requests += 1
+            return call()
+
+        def on_retry(err: BaseException, delay: float, failures: int) -> None:
+            reason = f"HTTP {err.status}: {err}" if isinstance(err, APIError) else str(err)
             logger.warning("metrics: %s; retrying in %.1fs", reason, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX)
+
+        return retry_call(
+            counted,
+            retry_if=lambda e: (
+                isinstance(e, MasterUnreachable) or (isinstance(e, APIError) and e.status >= 500)
+            ),
+            first=0.1,
+            cap=BACKOFF_MAX,
+            on_retry=on_retry,
+        )
 
     def _die(self, err: Exception, orphaned: bool) -> None:
         with self._done_cv:

@@ -1,33 +1,13 @@
-"""`harness.experimental.client` = `harness.client` (Determined's import path)."""
+"""`harness.experimental.client` IS `harness.client` (Determined's import path).
 
-from harness.client import (
-    Checkpoint,
-    Determined,
-    Experiment,
-    ExperimentState,
-    Trial,
-    TrialMetrics,
-    TrialState,
-    create_experiment,
-    get_checkpoint,
-    get_experiment,
-    get_trial,
-    list_experiments,
-    login,
-)
+The module replaces itself in `sys.modules` with `harness.client`, so every spelling gives the
+same module: `import determined.experimental.client` first and a later
+`from determined.experimental import client` once returned this thinner re-export instead
+(the import system sets the package attribute to what it loads), without `get_model` & co.
+"""
 
-__all__ = [
-    "Checkpoint",
-    "Determined",
-    "Experiment",
-    "ExperimentState",
-    "Trial",
-    "TrialMetrics",
-    "TrialState",
-    "create_experiment",
-    "get_checkpoint",
-    "get_experiment",
-    "get_trial",
-    "list_experiments",
-    "login",
-]
+import sys
+
+from harness import client as _client
+
+sys.modules[__name__] = _client

@@ -3,7 +3,7 @@
 ```python
 from harness.experimental import core_v2      # on the cluster: determined.experimental.core_v2
 
-core_v2.init(defaults=core_v2.DefaultConfig(name="unmanaged-mnist", hparams={"lr": 0.01}))
+core_v2.init(config=core_v2.Config(name="unmanaged-mnist", hparams={"lr": 0.01}))
 for step in range(1, 101):
     core_v2.train.report_training_metrics(steps_completed=step, metrics={"loss": ...})
 core_v2.train.report_validation_metrics(steps_completed=100, metrics={"loss": ...})
@@ -17,6 +17,7 @@ logged-in user (or `client=`), and the script reports metrics and checkpoints to
 master never schedules an unmanaged trial; it shows RUNNING until `close()` (or the end of the
 script) reports how it ended: COMPLETED on a clean exit, ERROR after an uncaught exception.
 An unmanaged run is one process (no distributed training), like Determined's.
+`init_context(config=...)` is the same as a context manager (`with ... as core_context:`).
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ import atexit
 import logging
 import sys
 import types
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from harness import core
-from harness._info import ClusterInfo, get_cluster_info
+from harness._info import ClusterInfo, TrialInfo, get_cluster_info
 from harness.api import Session
 from harness.api.client import Client
 from harness.core._checkpoint import CheckpointContext
@@ -39,39 +39,21 @@ from harness.core._distributed import DistributedContext, DummyDistributedContex
 from harness.core._preempt import PreemptContext, PreemptMode
 from harness.core._searcher import SearcherContext
 from harness.core._shipper import MetricsShipper
-from harness.core._train import TrainContext
+from harness.core._train import TensorboardMode, TrainContext
+from harness.experimental._core_v2_config import (
+    Config,
+    DefaultConfig,
+    UnmanagedConfig,
+    experiment_config,
+    merge_config,
+    storage_config,
+)
 from harness.storage import build
 
 if TYPE_CHECKING:
     from harness.client import Determined
 
 logger = logging.getLogger("harness.core_v2")
-
-
-@dataclass
-class DefaultConfig:
-    """What an unmanaged run's experiment is made of (ignored on the cluster, where the
-    experiment's own config applies). `searcher` defaults to single with metric `loss`."""
-
-    name: str | None = None
-    hparams: dict[str, Any] | None = None
-    data: dict[str, Any] | None = None
-    description: str | None = None
-    labels: list[str] | None = None
-    checkpoint_storage: str | dict[str, Any] | None = None
-    searcher: dict[str, Any] | None = None
-
-
-@dataclass
-class UnmanagedConfig:
-    """Determined's unmanaged options; detlab has no workspaces, projects or external ids to
-    attach, so they are recorded in the experiment's description only when given."""
-
-    workspace: str | None = None
-    project: str | None = None
-    external_experiment_id: str | None = None
-    external_trial_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # The contexts, as in Determined: set by init(), cleared by close().
@@ -83,51 +65,89 @@ preempt: PreemptContext | None = None
 distributed: DistributedContext | None = None
 
 
-class _Run:
-    """What close() needs: the context, and for an unmanaged run its trial on the master."""
+class UnmanagedContext(core.Context):
+    """A Core context whose close() also tells the master how the unmanaged trial ended."""
 
-    def __init__(self, ctx: core.Context, client: Client | None, trial_id: int | None) -> None:
-        self.ctx = ctx
-        self.client = client
-        self.trial_id = trial_id
-        self.failure: str | None = None
+    client: Client
+    trial_id: int
+    experiment_id: int
+    failure: str | None = None
+
+    def close(self, exc_type: type[BaseException] | None = None) -> None:
+        if self._closed:
+            return
+        super().close(exc_type)
+        if exc_type is not None and self.failure is None:
+            self.failure = exc_type.__name__
+        self.client.session.request(
+            "POST",
+            f"/trials/{self.trial_id}/unmanaged/exit",
+            json={"exit_code": 0 if self.failure is None else 1, "error": self.failure},
+        )
 
 
-_run: _Run | None = None
+_run: core.Context | None = None
+_client: Determined | None = None
 _previous_excepthook = sys.excepthook
+
+
+def init_context(
+    *,
+    config: Config | None = None,
+    defaults: Config | None = None,
+    unmanaged: UnmanagedConfig | None = None,
+    client: Determined | None = None,
+    distributed: DistributedContext | None = None,
+    checkpoint_storage: str | dict[str, Any] | None = None,
+    preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+    tensorboard_mode: Any = None,
+) -> core.Context:
+    """The Core context (a context manager): `core.init()` on the cluster, else an unmanaged
+    run whose end (clean, or the exception that left the `with`) is reported to the master."""
+    managed = get_cluster_info() is not None
+    wanted = merge_config(config, defaults, unmanaged, managed=managed)
+    if managed:
+        return core.init(
+            distributed=distributed,
+            checkpoint_storage=checkpoint_storage,
+            preempt_mode=preempt_mode,
+            tensorboard_mode=tensorboard_mode,
+        )
+    if distributed is not None and distributed.size > 1:
+        raise ValueError("an unmanaged run is one process; start it on the cluster instead")
+    return _start_unmanaged(wanted, client, checkpoint_storage)
 
 
 def init(
     *,
-    defaults: DefaultConfig | None = None,
-    client: Determined | None = None,
+    config: Config | None = None,
+    defaults: Config | None = None,
     unmanaged: UnmanagedConfig | None = None,
-    config: DefaultConfig | None = None,
+    client: Determined | None = None,
     distributed: DistributedContext | None = None,
     checkpoint_storage: str | dict[str, Any] | None = None,
     preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
     tensorboard_mode: Any = None,
 ) -> None:
     """Set up `train`, `checkpoint`, `searcher`, `preempt`, `distributed` and `info`."""
-    global _run
+    global _run, _client
     if _run is not None:
         raise RuntimeError("core_v2.init() was already called; call core_v2.close() first")
-    if get_cluster_info() is not None:
-        ctx = core.init(
-            distributed=distributed,
-            checkpoint_storage=checkpoint_storage,
-            preempt_mode=preempt_mode,
-            tensorboard_mode=tensorboard_mode,
-        )
-        _run = _Run(ctx, None, None)
-    else:
-        if distributed is not None and distributed.size > 1:
-            raise ValueError("an unmanaged run is one process; start it on the cluster instead")
-        wanted = defaults or config or DefaultConfig()
-        _run = _start_unmanaged(wanted, unmanaged, client, checkpoint_storage)
+    _client = client
+    _run = init_context(
+        config=config,
+        defaults=defaults,
+        unmanaged=unmanaged,
+        client=client,
+        distributed=distributed,
+        checkpoint_storage=checkpoint_storage,
+        preempt_mode=preempt_mode,
+        tensorboard_mode=tensorboard_mode,
+    )
+    if isinstance(_run, UnmanagedContext):
         atexit.register(_close_at_exit)
         sys.excepthook = _note_failure
-    _publish(_run.ctx)
+    _publish(_run)
 
 
 def close(exception: BaseException | None = None) -> None:
@@ -136,19 +156,25 @@ def close(exception: BaseException | None = None) -> None:
     run, _run = _run, None
     if run is None:
         return
-    if exception is not None and run.failure is None:
-        run.failure = f"{type(exception).__name__}: {exception}"
-    run.ctx.close(type(exception) if exception is not None else None)
-    if run.client is not None and run.trial_id is not None:
-        code = 0 if run.failure is None else 1
-        run.client.session.request(
-            "POST",
-            f"/trials/{run.trial_id}/unmanaged/exit",
-            json={"exit_code": code, "error": run.failure},
-        )
+    if isinstance(run, UnmanagedContext):
+        if exception is not None and run.failure is None:
+            run.failure = f"{type(exception).__name__}: {exception}"
         atexit.unregister(_close_at_exit)
         sys.excepthook = _previous_excepthook
+    run.close(type(exception) if exception is not None else None)
     _publish(None)
+
+
+def url_reverse_webui_exp_view() -> str:
+    """The web page of the experiment this run reports to (after init())."""
+    if _run is None:
+        raise RuntimeError("call core_v2.init() first")
+    if isinstance(_run, UnmanagedContext):
+        master, exp_id = _run.client.master, _run.experiment_id
+    else:
+        assert info is not None and info.trial is not None
+        master, exp_id = info.master_url, info.trial.experiment_id
+    return f"{master.rstrip('/')}/experiments/{exp_id}"
 
 
 def _publish(ctx: core.Context | None) -> None:
@@ -164,7 +190,7 @@ def _publish(ctx: core.Context | None) -> None:
 def _note_failure(
     etype: type[BaseException], value: BaseException, tb: types.TracebackType | None
 ) -> None:
-    if _run is not None:
+    if isinstance(_run, UnmanagedContext):
         _run.failure = f"{etype.__name__}: {value}"
     _previous_excepthook(etype, value, tb)
 
@@ -176,59 +202,47 @@ def _close_at_exit() -> None:
         logger.error("could not report the unmanaged run's end to the master: %s", e)
 
 
-def experiment_config(wanted: DefaultConfig, unmanaged: UnmanagedConfig | None) -> dict[str, Any]:
-    """The unmanaged experiment's config, in Determined's keys."""
-    cfg: dict[str, Any] = {
-        "name": wanted.name or "unmanaged",
-        "unmanaged": True,
-        "hyperparameters": {
-            k: {"type": "const", "val": v} for k, v in (wanted.hparams or {}).items()
-        },
-        "searcher": wanted.searcher or {"name": "single", "metric": "loss"},
-        "max_restarts": 0,
-    }
-    notes = [wanted.description] if wanted.description else []
-    if unmanaged is not None:
-        ids = {
-            "workspace": unmanaged.workspace,
-            "project": unmanaged.project,
-            "external experiment": unmanaged.external_experiment_id,
-            "external trial": unmanaged.external_trial_id,
-        }
-        notes += [f"{k}: {v}" for k, v in ids.items() if v]
-    if notes:
-        cfg["description"] = "; ".join(notes)
-    if wanted.data is not None:
-        cfg["data"] = wanted.data
-    if wanted.labels:
-        cfg["labels"] = list(wanted.labels)
-    if isinstance(wanted.checkpoint_storage, dict):
-        cfg["checkpoint_storage"] = wanted.checkpoint_storage
-    return cfg
-
-
 def _start_unmanaged(
-    wanted: DefaultConfig,
-    unmanaged: UnmanagedConfig | None,
+    wanted: Config,
     client: Determined | None,
     checkpoint_storage: str | dict[str, Any] | None,
-) -> _Run:
+) -> UnmanagedContext:
     from harness.client import Determined
 
     api = (client or Determined()).api
-    text = yaml.safe_dump(experiment_config(wanted, unmanaged), sort_keys=False)
+    text = yaml.safe_dump(experiment_config(wanted), sort_keys=False)
     exp = api.create_experiment(text, None, activate=True)
-    trial_id = _first_trial(api, int(exp["id"]))
-    storage_cfg = checkpoint_storage or wanted.checkpoint_storage
-    if storage_cfg is None:  # the master's default storage, as a managed trial gets it
-        storage_cfg = api.get_experiment_config(int(exp["id"]))["config"].get("checkpoint_storage")
+    trial = _first_trial(api, int(exp["id"]))
+    trial_id = int(trial["id"])
+    stored = api.get_experiment_config(int(exp["id"]))["config"]
+    # The run's own storage settings (credentials included); else the master's default, as a
+    # managed trial gets it.
+    storage_cfg = (
+        storage_config(checkpoint_storage)
+        or storage_config(wanted.checkpoint_storage)
+        or stored.get("checkpoint_storage")
+    )
     dist = DummyDistributedContext()
     # The user's own session writes to the trial: the master lets an unmanaged trial's owner
     # report for it (a managed trial only takes its allocation's token).
     session: Session = api.session
     shipper = MetricsShipper(api, trial_id, _orphaned)
     train_ctx = TrainContext(shipper, dist, api, trial_id)
-    ctx = core.Context(
+    info = ClusterInfo(
+        master_url=api.master,
+        session_token=session.token or "",
+        allocation_id="",
+        trial=TrialInfo(
+            trial_id=trial_id,
+            experiment_id=int(exp["id"]),
+            trial_seed=int(trial.get("seed") or 0),
+            hparams=dict(trial.get("hparams") or {}),
+            config=stored,
+            request_id=trial.get("request_id"),
+        ),
+    )
+    ctx = UnmanagedContext(
+        info=info,
         checkpoint=CheckpointContext(lambda: build(storage_cfg), dist, api, trial_id),
         distributed=dist,
         preempt=PreemptContext(None, None, dist, PreemptMode.WorkersAskChief),
@@ -236,15 +250,16 @@ def _start_unmanaged(
         searcher=SearcherContext(api, trial_id, train_ctx, dist),
         shipper=shipper,
     )
+    ctx.client, ctx.trial_id, ctx.experiment_id = api, trial_id, int(exp["id"])
     logger.info("unmanaged run: experiment %s, trial %s on %s", exp["id"], trial_id, session.master)
-    return _Run(ctx, api, trial_id)
+    return ctx
 
 
-def _first_trial(api: Client, exp_id: int) -> int:
+def _first_trial(api: Client, exp_id: int) -> dict[str, Any]:
     trials = api.list_experiment_trials(exp_id)
     if not trials:
         raise RuntimeError(f"the master made no trial for unmanaged experiment {exp_id}")
-    return int(trials[0]["id"])
+    return dict(trials[0])
 
 
 def _orphaned(message: str) -> None:
@@ -252,14 +267,20 @@ def _orphaned(message: str) -> None:
 
 
 __all__ = [
+    "Config",
     "DefaultConfig",
+    "DistributedContext",
+    "PreemptMode",
+    "TensorboardMode",
     "UnmanagedConfig",
     "checkpoint",
     "close",
     "distributed",
     "info",
     "init",
+    "init_context",
     "preempt",
     "searcher",
     "train",
+    "url_reverse_webui_exp_view",
 ]

@@ -37,8 +37,15 @@ def load_trial_class(entrypoint: str) -> type:
         ) from None
     from harness.pytorch import PyTorchTrial
 
-    if not (isinstance(cls, type) and issubclass(cls, PyTorchTrial)):
-        raise TypeError(f"{entrypoint} is not a subclass of harness.pytorch.PyTorchTrial")
+    bases: tuple[type, ...] = (PyTorchTrial,)
+    ds = sys.modules.get("harness.pytorch.deepspeed")  # imported by a DeepSpeedTrial's module
+    if ds is not None:
+        bases += (ds.DeepSpeedTrial,)
+    if not (isinstance(cls, type) and issubclass(cls, bases)):
+        raise TypeError(
+            f"{entrypoint} is not a subclass of harness.pytorch.PyTorchTrial "
+            "(or harness.pytorch.deepspeed.DeepSpeedTrial)"
+        )
     return cls
 
 

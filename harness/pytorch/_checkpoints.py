@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,53 +29,89 @@ def store(ctrl: _Controller) -> None:
     unreported metrics go to the chief, which alone stores (Determined's rule, shard=False)."""
     if ctrl.last_checkpoint_at == ctrl.batches:
         return
+    per_rank = gather_worker_states(ctrl)
+    metadata = checkpoint_metadata(ctrl, FORMAT)
+    if not ctrl.is_chief:  # shard=False: the chief alone stores (Determined's rule)
+        ctrl.last_checkpoint_at = ctrl.batches
+        return
+    with ctrl.core.checkpoint.store_path(metadata) as (path, uuid):
+        assert per_rank is not None
+        state = {
+            **loop_state(ctrl, per_rank, FORMAT),
+            "models": [unwrap(m).state_dict() for m in ctrl.context.models],
+            "optimizers": [o.state_dict() for o in ctrl.context.optimizers],
+            "lr_schedulers": [s.state_dict() for s in ctrl.context.lr_schedulers],
+            "scalers": [s.state_dict() for s in ctrl.context.scalers],
+        }
+        if hasattr(ctrl.trial, "state_dict"):
+            state["trial"] = ctrl.trial.state_dict()
+        write_state(ctrl, Path(path), state, STATE_FILE, "PyTorchTrial")
+    stored(ctrl, uuid)
+
+
+def checkpoint_metadata(ctrl: _Controller, fmt: str) -> dict[str, Any]:
+    return {
+        "steps_completed": ctrl.batches,
+        "format": fmt,
+        "framework": f"torch-{torch.__version__}",
+        "batches_trained": ctrl.batches,
+        "epoch": ctrl.batches // ctrl.epoch_len,
+        "trial_id": ctrl.context.get_trial_id(),
+    }
+
+
+def loop_state(ctrl: _Controller, per_rank: list[dict[str, Any]], fmt: str) -> dict[str, Any]:
+    """The training loop's own part of a checkpoint (the chief's): the data position, every
+    worker's RNG states and unreported metrics, the last validation, the callbacks' states."""
+    state: dict[str, Any] = {
+        "format": fmt,
+        "batches_trained": ctrl.batches,
+        "epoch_len": ctrl.epoch_len,
+        "rng": [p["rng"] for p in per_rank],
+        "pending_metrics": [p["pending"] for p in per_rank],
+        "last_validation": ctrl.last_validation,
+        "world_size": ctrl.dist.size,
+    }
+    if ctrl.callbacks:
+        state["callbacks"] = [cb.state_dict() for cb in ctrl.callbacks]
+    return state
+
+
+def write_state(
+    ctrl: _Controller, path: Path, state: dict[str, Any], state_file: str, trial_type: str
+) -> None:
+    """The chief's state file, and what load_trial_from_checkpoint_path needs to build the
+    trial again (load_data.json)."""
+    ctrl._call("on_checkpoint_save_start", state)
+    torch.save(state, path / state_file)
+    trial_cls = type(ctrl.trial)
+    load_data = {
+        "trial_type": trial_type,
+        "batches_trained": ctrl.batches,
+        "trial_cls_spec": f"{trial_cls.__module__}:{trial_cls.__qualname__}",
+        "hparams": ctrl.context.get_hparams(),
+        "experiment_config": ctrl.context.get_experiment_config(),
+    }
+    (path / "load_data.json").write_text(json.dumps(load_data, default=str))
+
+
+def stored(ctrl: _Controller, uuid: str) -> None:
+    ctrl.last_checkpoint_at = ctrl.batches
+    if ctrl.is_chief:
+        ctrl._call("on_checkpoint_upload_end", uuid)
+        ctrl.result.checkpoints.append(uuid)
+        logger.info("checkpoint %s at batch %d", uuid, ctrl.batches)
+
+
+def gather_worker_states(ctrl: _Controller) -> list[dict[str, Any]] | None:
+    """Every worker's RNG states and unreported metrics, on the chief (None elsewhere)."""
     own = {
         "rng": rng_state(),
         "pending": merge_lists(ctrl.carried, scalar_lists(ctrl.pending)),
     }
     ctrl.pending.clear()
     ctrl.carried = own["pending"]
-    per_rank = ctrl.dist.gather(own) if ctrl.dist.size > 1 else [own]
-    metadata = {
-        "steps_completed": ctrl.batches,
-        "format": FORMAT,
-        "framework": f"torch-{torch.__version__}",
-        "batches_trained": ctrl.batches,
-        "epoch": ctrl.batches // ctrl.epoch_len,
-        "trial_id": ctrl.context.get_trial_id(),
-    }
-    if not ctrl.is_chief:  # shard=False: the chief alone stores (Determined's rule)
-        ctrl.last_checkpoint_at = ctrl.batches
-        return
-    with ctrl.core.checkpoint.store_path(metadata) as (path, uuid):
-        if ctrl.is_chief:
-            assert per_rank is not None
-            state = {
-                "format": FORMAT,
-                "batches_trained": ctrl.batches,
-                "epoch_len": ctrl.epoch_len,
-                "models": [unwrap(m).state_dict() for m in ctrl.context.models],
-                "optimizers": [o.state_dict() for o in ctrl.context.optimizers],
-                "lr_schedulers": [s.state_dict() for s in ctrl.context.lr_schedulers],
-                "rng": [p["rng"] for p in per_rank],
-                "pending_metrics": [p["pending"] for p in per_rank],
-                "last_validation": ctrl.last_validation,
-                "world_size": ctrl.dist.size,
-            }
-            if hasattr(ctrl.trial, "state_dict"):
-                state["trial"] = ctrl.trial.state_dict()
-            if ctrl.callbacks:
-                state["callbacks"] = [cb.state_dict() for cb in ctrl.callbacks]
-            ctrl._call("on_checkpoint_save_start", state)
-            torch.save(state, Path(path) / STATE_FILE)
-            (Path(path) / "load_data.json").write_text(
-                json.dumps({"trial_type": "PyTorchTrial", "batches_trained": ctrl.batches})
-            )
-    ctrl.last_checkpoint_at = ctrl.batches
-    if ctrl.is_chief:
-        ctrl._call("on_checkpoint_upload_end", uuid)
-        ctrl.result.checkpoints.append(uuid)
-        logger.info("checkpoint %s at batch %d", uuid, ctrl.batches)
+    return ctrl.dist.gather(own) if ctrl.dist.size > 1 else [own]
 
 
 def restore(ctrl: _Controller, uuid: str) -> None:
@@ -106,8 +142,15 @@ def restore(ctrl: _Controller, uuid: str) -> None:
         o.load_state_dict(sd)
     for s, sd in zip(ctx.lr_schedulers, state["lr_schedulers"], strict=True):
         s.load_state_dict(sd)
+    for sc, sd in zip(ctx.scalers, state.get("scalers") or [], strict=False):
+        sc.load_state_dict(sd)
     if "trial" in state and hasattr(ctrl.trial, "load_state_dict"):
         ctrl.trial.load_state_dict(state["trial"])
+    restore_progress(ctrl, state, uuid)
+
+
+def restore_progress(ctrl: _Controller, state: dict[str, Any], uuid: str) -> None:
+    """The data position, this worker's RNG states and unreported metrics, the last validation."""
     ctrl.batches = int(state["batches_trained"])
     if state.get("epoch_len") != ctrl.epoch_len:
         logger.warning(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pathlib
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -11,6 +12,7 @@ from torch import nn
 
 from harness.core import Context as CoreContext
 from harness.core import DistributedContext
+from harness.core._tensorboard import metric_tag, scalars
 from harness.pytorch._trial import LRScheduler
 
 logger = logging.getLogger("harness.pytorch")
@@ -25,6 +27,10 @@ class PyTorchTrialContext:
     """
 
     _epoch_start: bool  # set by the training loop (is_epoch_start)
+    # Set by the training loop: the batch being trained, batches per epoch, the first batch.
+    _current_batch_idx: int | None = None
+    _epoch_len: int | None = None
+    _initial_batch: int = 0
 
     def __init__(
         self,
@@ -50,6 +56,9 @@ class PyTorchTrialContext:
         self.lr_schedulers: list[LRScheduler] = []
         self._stop_requested = False
         self.reducers: list[Any] = []  # harness.pytorch._hooks._Reducer
+        self.scalers: list[Any] = []  # torch.amp.GradScaler, saved in checkpoints
+        self._tensorboard_logging = True
+        self._tb_writer: Any = None  # torch.utils.tensorboard.SummaryWriter, made on first use
 
     # -- the core API and the trial ---------------------------------------------------------
     @property
@@ -192,8 +201,117 @@ class PyTorchTrialContext:
     def unwrapped_models(self) -> list[nn.Module]:
         return [unwrap(m) for m in self.models]
 
-    def is_epoch_start(self) -> bool:  # Determined compatibility; set by the loop
-        return getattr(self, "_epoch_start", False)
+    def is_epoch_start(self) -> bool:
+        """Whether the batch being trained is the first of its epoch."""
+        if self._current_batch_idx is None or not self._epoch_len:
+            return getattr(self, "_epoch_start", False)
+        return self._current_batch_idx % self._epoch_len == 0
+
+    def is_epoch_end(self) -> bool:
+        """Whether the batch being trained is the last of its epoch."""
+        batch, epoch_len = self._training_position()
+        return batch % epoch_len == epoch_len - 1
+
+    def current_train_epoch(self) -> int:
+        batch, epoch_len = self._training_position()
+        return batch // epoch_len
+
+    def current_train_batch(self) -> int:
+        """The index (from 0, over the whole trial) of the batch being trained."""
+        return self._training_position()[0]
+
+    def get_initial_batch(self) -> int:
+        """The batch training started (or resumed) from."""
+        return self._initial_batch
+
+    def _training_position(self) -> tuple[int, int]:
+        if self._current_batch_idx is None or not self._epoch_len:
+            raise RuntimeError("training hasn't started: call this from train_batch")
+        return self._current_batch_idx, self._epoch_len
+
+    # -- mixed precision ---------------------------------------------------------------------
+    def wrap_scaler(self, scaler: Any) -> Any:
+        """Track a `torch.amp.GradScaler` (saved in and restored from checkpoints); pass it to
+        `step_optimizer(..., scaler=scaler)` and call `scaler.update()` after stepping."""
+        self.scalers.append(scaler)
+        return scaler
+
+    def autocast_forward_pass(self, to_wrap: nn.Module) -> nn.Module:
+        """Run the model's forward pass under `torch.autocast` on its device."""
+        device_type = self.device.type
+        forward = to_wrap.forward
+
+        def autocast_forward(*args: Any, **kwargs: Any) -> Any:
+            with torch.autocast(device_type=device_type):
+                return forward(*args, **kwargs)
+
+        to_wrap.forward = autocast_forward
+        return to_wrap
+
+    def configure_apex_amp(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(
+            "configure_apex_amp: NVIDIA Apex AMP is not supported by detlab (deprecated in "
+            "Determined too); use torch.amp with context.wrap_scaler (see "
+            "docs/determined-compat.md)"
+        )
+
+    def set_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Accepted and ignored: detlab has no profiler (a warning says so once)."""
+        logger.warning("context.set_profiler() is ignored: detlab has no profiler")
+
+    # -- TensorBoard (issue 38) --------------------------------------------------------------
+    def set_enable_tensorboard_logging(self, enable: bool) -> None:
+        self._tensorboard_logging = bool(enable)
+
+    def get_enable_tensorboard_logging(self) -> bool:
+        return self._tensorboard_logging
+
+    def get_tensorboard_path(self) -> pathlib.Path:
+        """This worker's local TensorBoard directory; the harness uploads it to checkpoint
+        storage after each metrics report (docs/tensorboard.md)."""
+        return self._core.train.get_tensorboard_path()
+
+    def get_tensorboard_writer(self) -> Any:
+        """A `torch.utils.tensorboard.SummaryWriter` on `get_tensorboard_path()` (one per
+        trial; the harness writes its metrics with it too)."""
+        if self._tb_writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ImportError(
+                    f"context.get_tensorboard_writer() needs the tensorboard package ({e}); "
+                    "pip install 'detlab[torch]'"
+                ) from e
+            self._tb_writer = SummaryWriter(str(self.get_tensorboard_path()))
+        return self._tb_writer
+
+    def _tensorboard_report(self, group: str, steps: int, metrics: dict[str, Any]) -> None:
+        """The training loop's: `metrics` (empty on workers other than the chief) as events,
+        then this worker's TensorBoard files uploaded. Storage or writer trouble is logged,
+        never fatal to the training."""
+        uploads = self._core.train._tensorboard_uploads()
+        if metrics and self._tensorboard_logging and uploads:  # off a cluster: no events
+            try:
+                writer = self.get_tensorboard_writer()
+            except ImportError as e:
+                logger.warning("%s: metrics are not written as TensorBoard events", e)
+                self._tensorboard_logging = False
+            else:
+                for name, value in scalars(metrics).items():
+                    writer.add_scalar(metric_tag(group, name), value, steps)
+        if self._tb_writer is not None:
+            self._tb_writer.flush()
+        if not uploads:
+            return
+        try:
+            self._core.train.upload_tensorboard_files()
+        except Exception as e:  # noqa: BLE001 - any backend error; the next report retries
+            logger.warning("TensorBoard files could not be uploaded: %s", e)
+
+    def _close_tensorboard(self) -> None:
+        if self._tb_writer is not None:
+            self._tb_writer.close()
+            self._tb_writer = None
 
 
 def unwrap(model: nn.Module) -> nn.Module:

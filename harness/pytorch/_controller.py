@@ -160,6 +160,7 @@ class _Controller:
         """Train through `ops` (default: the searcher's operations)."""
         if self.latest_checkpoint:
             self._restore(self.latest_checkpoint)
+        self.context._initial_batch = self.batches
         self._b_report = self.batches
         self._call("on_trial_startup", self.batches, self.latest_checkpoint)
         self._call("on_training_start")
@@ -167,6 +168,8 @@ class _Controller:
             return self._run(self.core.searcher.operations() if ops is None else ops)
         finally:
             self._call("on_trial_shutdown")
+            self.context._tensorboard_report("training", self.batches, {})  # what is left
+            self.context._close_tensorboard()
 
     def _run(self, ops: Any) -> TrialResult:
         if self.config.get("perform_initial_validation") and self.batches == 0:
@@ -224,10 +227,13 @@ class _Controller:
             if batch_idx % epoch_len == 0:
                 self._end_epoch(batch_idx // epoch_len, epoch_scheds)
                 it = None
+            # What an uninterrupted run does at this batch happens before a preemption too: a
+            # stop that lands on a report or validation boundary would otherwise carry those
+            # batches' metrics into the next report (the resumed trial's numbers would differ).
+            self._after_span(op, target)
             if stopped == "preempt":
                 self.core.preempt.should_preempt()  # acknowledges the signal
                 return stopped
-            self._after_span(op, target)
             if stopped:
                 return stopped
             if self.dist.size > 1 and batch_idx % self.preempt_every == 0:
@@ -243,6 +249,7 @@ class _Controller:
         """The training batches of `epoch` from batch `offset` on."""
         it = self.train_loader.epoch(epoch, offset)
         self.context._epoch_start = offset == 0
+        self.context._epoch_len = self.epoch_len
         if offset == 0:
             self._call("on_training_epoch_start", epoch)
         return it
@@ -277,6 +284,7 @@ class _Controller:
                 ) from None
             if device is not None:
                 batch = to_device(batch, device)
+            context._current_batch_idx = batch_idx
             out = trial.train_batch(batch, epoch, batch_idx)
             batch_idx += 1
             if out:
@@ -331,10 +339,12 @@ class _Controller:
         n = self.batches - self._b_report
         if not self.is_chief or not values and n == 0:
             self._call("on_training_workload_end", {}, {})
+            self.context._tensorboard_report("training", self.batches, {})
             self._mark_report()
             return
         metrics = {k: math.fsum(v) / len(v) for k, v in sorted(values.items()) if v}
         self.core.train.report_training_metrics(self.batches, metrics)
+        self.context._tensorboard_report("training", self.batches, metrics)
         self._call("on_training_workload_end", metrics, {})
         self.result.training.append((self.batches, metrics))
         op.report_progress(op.length * min(self.batches / max(target, 1), 1.0))
@@ -364,24 +374,9 @@ class _Controller:
             if hasattr(m, "require_forward_param_sync"):
                 # DDP would broadcast buffers in forward; workers may have unequal batch counts.
                 m.require_forward_param_sync = False  # type: ignore[assignment]
-        sums: dict[str, list[float]] = {}
-        weights: dict[str, list[float]] = {}
-        device = None if self._on_cpu else self.context.device
         try:
             with torch.no_grad():
-                for idx, batch in enumerate(self.val_loader.epoch(0, 0)):
-                    if device is not None:
-                        batch = to_device(batch, device)
-                    out = (
-                        self.trial.evaluate_batch(batch, idx)  # type: ignore[call-arg]
-                        if self._eval_takes_idx
-                        else self.trial.evaluate_batch(batch)
-                    )
-                    w = float(self.trial.get_batch_length(batch))
-                    for k, v in (out or {}).items():
-                        val = float(v.item() if isinstance(v, torch.Tensor) else v)
-                        sums.setdefault(k, []).append(val * w)
-                        weights.setdefault(k, []).append(w)
+                sums, weights = self._evaluate_batches()
         finally:
             for m in models:
                 m.train()
@@ -403,6 +398,7 @@ class _Controller:
         self.last_validation = (self.batches, metrics)
         if self.is_chief:
             self.core.train.report_validation_metrics(self.batches, metrics)
+            self.context._tensorboard_report("validation", self.batches, metrics)
             self.result.validation.append((self.batches, metrics))
             shown = ", ".join(f"{k}={v:.6g}" for k, v in metrics.items())
             logger.info(
@@ -412,12 +408,39 @@ class _Controller:
         self._call("on_validation_epoch_end", [])
         return metrics
 
+    def _evaluate_batches(self) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+        """Every validation batch of this worker: each metric's value × batch length, and the
+        lengths (the weights of the average)."""
+        sums: dict[str, list[float]] = {}
+        weights: dict[str, list[float]] = {}
+        device = None if self._on_cpu else self.context.device
+        for idx, batch in enumerate(self.val_loader.epoch(0, 0)):
+            if device is not None:
+                batch = to_device(batch, device)
+            out = (
+                self.trial.evaluate_batch(batch, idx)  # type: ignore[call-arg]
+                if self._eval_takes_idx
+                else self.trial.evaluate_batch(batch)
+            )
+            w = float(self.trial.get_batch_length(batch))
+            add_weighted(sums, weights, out, w)
+        return sums, weights
+
     # -- checkpoints ------------------------------------------------------------------------
     def _checkpoint(self) -> None:
         _checkpoints.store(self)
 
     def _restore(self, uuid: str) -> None:
         _checkpoints.restore(self, uuid)
+
+
+def add_weighted(
+    sums: dict[str, list[float]], weights: dict[str, list[float]], out: Any, w: float
+) -> None:
+    for k, v in (out or {}).items():
+        val = float(v.item() if isinstance(v, torch.Tensor) else v)
+        sums.setdefault(k, []).append(val * w)
+        weights.setdefault(k, []).append(w)
 
 
 def build_trial(trial_class: type[PyTorchTrial], context: PyTorchTrialContext) -> PyTorchTrial:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from typing import Any
 
 import harness
@@ -14,7 +15,7 @@ from harness.pytorch._trial import PyTorchTrial
 
 
 def run_trial(
-    trial_class: type[PyTorchTrial],
+    trial_class: type[PyTorchTrial] | type[Any],
     *,
     hparams: dict[str, Any] | None = None,
     config: dict[str, Any] | None = None,
@@ -60,7 +61,12 @@ def run_trial(
         latest = latest_checkpoint
         trial_id = exp_id = None
         storage = checkpoint_dir
-    core = harness.core.init(distributed=dist, checkpoint_storage=storage)
+    # MANUAL: the training loop writes and uploads the TensorBoard events itself.
+    core = harness.core.init(
+        distributed=dist,
+        checkpoint_storage=storage,
+        tensorboard_mode=harness.core.TensorboardMode.MANUAL,
+    )
     with core:
         if info is None:
             length = max_length
@@ -72,8 +78,9 @@ def run_trial(
                     else int(os.environ.get("DET_MAX_LENGTH", "1"))
                 )
             core.searcher._local_max_length = int(length)
-        controller = _Controller(
-            trial_class,
+        # A DeepSpeedTrial brings its own loop (harness.pytorch.deepspeed, imported only then).
+        make = getattr(trial_class, "_make_controller", None)
+        controller = (make or partial(_Controller, trial_class))(
             core,
             hparams=hp,
             config=cfg,

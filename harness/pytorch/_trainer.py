@@ -91,10 +91,17 @@ class _Length:
 class Trainer:
     """`Trainer(trial, context).fit(...)` (Determined 0.38's signature)."""
 
-    def __init__(self, trial: PyTorchTrial, context: PyTorchTrialContext) -> None:
-        if not isinstance(trial, PyTorchTrial):
-            raise TypeError(f"Trainer takes a pytorch.PyTorchTrial, not {type(trial).__name__}")
-        self._trial = trial
+    # What this Trainer trains, and with which loop (det_ds.Trainer: a DeepSpeedTrial).
+    _trial_type: type = PyTorchTrial
+    _controller_class: type[_Controller] = _Controller
+
+    def __init__(self, trial: Any, context: PyTorchTrialContext) -> None:
+        if not isinstance(trial, self._trial_type):
+            raise TypeError(
+                f"{type(self).__module__}.Trainer takes a {self._trial_type.__name__}, "
+                f"not {type(trial).__name__}"
+            )
+        self._trial: Any = trial
         self._context = context
 
     def fit(
@@ -117,7 +124,7 @@ class Trainer:
         config = ctx.get_experiment_config()
         if step_zero_validation:
             config["perform_initial_validation"] = True
-        controller = _Controller(
+        controller = self._controller_class(
             type(self._trial),
             core,
             hparams=ctx.get_hparams(),
@@ -178,6 +185,27 @@ def init(
     """
     if aggregation_frequency != 1:
         raise ValueError("aggregation_frequency other than 1 is not supported by detlab")
+    with init_context(
+        PyTorchTrialContext,
+        hparams=hparams,
+        exp_conf=exp_conf,
+        distributed=distributed,
+        enable_tensorboard_logging=enable_tensorboard_logging,
+    ) as context:
+        yield context
+
+
+@contextlib.contextmanager
+def init_context(
+    context_class: type[PyTorchTrialContext],
+    *,
+    hparams: dict[str, Any] | None,
+    exp_conf: dict[str, Any] | None,
+    distributed: DistributedContext | None,
+    enable_tensorboard_logging: bool,
+    before: Any = None,
+) -> Iterator[Any]:
+    """The Core API context and a `context_class` for it (`before(core)` runs first)."""
     info = harness.get_cluster_info()
     trial_id: int | None
     exp_id: int | None
@@ -194,10 +222,15 @@ def init(
         hp, cfg = dict(hparams or {}), dict(exp_conf or {})
         seed = int((cfg.get("reproducibility") or {}).get("experiment_seed") or 0)
         trial_id = exp_id = None
-    core = harness.core.init(distributed=distributed)
+    # MANUAL: the training loop writes and uploads the TensorBoard events itself.
+    core = harness.core.init(
+        distributed=distributed, tensorboard_mode=harness.core.TensorboardMode.MANUAL
+    )
     with core:
+        if before is not None:
+            before(core)
         set_seeds(seed)
-        yield PyTorchTrialContext(
+        context = context_class(
             core,
             hparams=hp,
             config=cfg,
@@ -205,3 +238,5 @@ def init(
             experiment_id=exp_id,
             trial_seed=seed,
         )
+        context.set_enable_tensorboard_logging(enable_tensorboard_logging)
+        yield context

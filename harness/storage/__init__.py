@@ -82,6 +82,8 @@ _BACKENDS = {
     "s3": "harness.storage.s3",
     "gcs": "harness.storage.gcs",
 }
+# The pyproject.toml extra that brings a backend's client library (not installed by default).
+_EXTRAS = {"s3": "aws", "gcs": "gcp"}
 
 
 def build(config: Mapping[str, Any] | str | os.PathLike[str]) -> StorageManager:
@@ -97,5 +99,13 @@ def build(config: Mapping[str, Any] | str | os.PathLike[str]) -> StorageManager:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise NotImplementedError(f"checkpoint_storage.type {kind!r} is not available: {e}") from e
+        extra = _EXTRAS.get(kind)
+        how = (
+            f"; pip install 'detlab[{extra}]' (in a container: an image with {e.name})"
+            if extra
+            else ""
+        )
+        raise NotImplementedError(
+            f"checkpoint_storage.type {kind!r} is not available: {e}{how}"
+        ) from e
     return module.from_config(dict(config))

@@ -1,0 +1,1 @@
+"""`determined.common`: only the names Determined's examples import from it (`util`)."""
