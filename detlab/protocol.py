@@ -21,6 +21,10 @@ class ExitCause(StrEnum):
     INSTANCE_INTERRUPTED = "instance_interrupted"  # its spot/preemptible instance was taken back
     CONTAINER_GONE = "container_gone"  # the agent restarted without it
     KILLED_BEFORE_START = "killed_before_start"
+    NEVER_FITS = "never_fits"  # the backend (Slurm) refused the request: no wait can help
+    BACKEND_PREEMPTED = "backend_preempted"  # Slurm took the job back (preemption, time limit)
+    # A Kubernetes pod of the gang stayed Unschedulable past the RM's pending_timeout.
+    POD_UNSCHEDULABLE = "pod_unschedulable"
 
     @property
     def message(self) -> str:
@@ -29,12 +33,17 @@ class ExitCause(StrEnum):
     @property
     def retryable(self) -> bool:
         """False when no restart can help (the trial fails at once)."""
-        return self is not ExitCause.IMAGE_PULL_FAILED
+        return self not in (ExitCause.IMAGE_PULL_FAILED, ExitCause.NEVER_FITS)
 
     @property
     def trials_fault(self) -> bool:
         """False when the trial is requeued without spending one of its restarts."""
-        return self not in (ExitCause.AGENT_SHUTDOWN, ExitCause.INSTANCE_INTERRUPTED)
+        return self not in (
+            ExitCause.AGENT_SHUTDOWN,
+            ExitCause.INSTANCE_INTERRUPTED,
+            ExitCause.BACKEND_PREEMPTED,
+            ExitCause.POD_UNSCHEDULABLE,
+        )
 
     @classmethod
     def parse(cls, value: object) -> ExitCause | None:
@@ -52,6 +61,9 @@ _MESSAGES = {
     ExitCause.INSTANCE_INTERRUPTED: "its spot/preemptible instance was interrupted",
     ExitCause.CONTAINER_GONE: "the agent no longer runs this allocation",
     ExitCause.KILLED_BEFORE_START: "killed before it started",
+    ExitCause.NEVER_FITS: "can never fit",
+    ExitCause.BACKEND_PREEMPTED: "Slurm took the job back (preemption or its time limit)",
+    ExitCause.POD_UNSCHEDULABLE: "its Kubernetes pods could not be scheduled in time",
 }
 
 
@@ -62,7 +74,7 @@ _MESSAGES = {
 # validates a received JSON body and raises ProtocolError naming the bad field; `to_json` builds
 # what is sent. Bump PROTOCOL_VERSION on any change a peer of the other version would misread.
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: StartSpec.user (who a task runs as); an older agent would ignore it
 
 
 class ProtocolError(ValueError):
@@ -147,6 +159,14 @@ class SlotReport:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+def _port(value: object, path: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ProtocolError(f"{path} must be a TCP port from 1 to 65535", path)
+    return value
+
+
 @dataclass(frozen=True)
 class AllocationReport:
     id: str
@@ -155,6 +175,9 @@ class AllocationReport:
     pid: int | None = None
     error: str | None = None
     cause: ExitCause | None = None
+    # The port the task listens on for the master's proxy (a StartSpec with `proxy`): the
+    # master reaches it at the agent's address (master/proxy/).
+    proxy_port: int | None = None
 
     @classmethod
     def parse(cls, body: object, path: str) -> AllocationReport:
@@ -173,10 +196,11 @@ class AllocationReport:
             pid=_int(d.get("pid"), f"{path}.pid", optional=True),
             error=str(d["error"]) if d.get("error") else None,
             cause=ExitCause.parse(d.get("cause")),
+            proxy_port=_port(d.get("proxy_port"), f"{path}.proxy_port"),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "id": self.id,
             "state": self.state.value,
             "exit_code": self.exit_code,
@@ -184,6 +208,46 @@ class AllocationReport:
             "error": self.error,
             "cause": self.cause.value if self.cause else None,
         }
+        if self.proxy_port is not None:  # only a task served through the proxy has one
+            body["proxy_port"] = self.proxy_port
+        return body
+
+
+class IsolationMode(StrEnum):
+    """How an agent runs other users' tasks (agent/identity.py decides, docs/security.md)."""
+
+    ISOLATED = "isolated"  # each user's tasks as their own identity, never the agent's
+    OWN_USER = "own_user"  # cannot switch: only the tasks of the user linked to the agent's uid
+    SHARED = "shared"  # cannot or may not switch, and the operator accepted it
+
+
+@dataclass(frozen=True)
+class TaskAcceptance:
+    """Whose tasks an agent runs, sent in every poll so that the scheduler places a task only
+    where it will run (the agent refuses the others: agent/identity.py's `plan`)."""
+
+    mode: IsolationMode
+    uid: int  # the agent's own Unix uid
+
+    @property
+    def only_uid(self) -> int | None:
+        """None: anyone's tasks; else only tasks of users linked to this uid."""
+        return self.uid if self.mode == IsolationMode.OWN_USER else None
+
+    @classmethod
+    def parse(cls, body: object, path: str) -> TaskAcceptance:
+        d = _obj(body, path)
+        mode = d.get("mode")
+        if mode not in set(IsolationMode):
+            names = ", ".join(m.value for m in IsolationMode)
+            raise ProtocolError(f"{path}.mode must be one of {names}", f"{path}.mode")
+        uid = _unix_id(d.get("uid"), f"{path}.uid")
+        if uid is None:
+            raise ProtocolError(f"{path}.uid is required", f"{path}.uid")
+        return cls(IsolationMode(mode), uid)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode.value, "uid": self.uid}
 
 
 @dataclass(frozen=True)
@@ -195,6 +259,8 @@ class PollRequest:
     hostname: str | None = None
     runtime: str | None = None
     version: str | None = None
+    # Whose tasks it runs; None from an agent that does not say (taken as anyone's).
+    acceptance: TaskAcceptance | None = None
     protocol: int = PROTOCOL_VERSION
 
     @classmethod
@@ -224,6 +290,9 @@ class PollRequest:
             hostname=_str(d.get("hostname"), "hostname", optional=True, max_len=256),
             runtime=_str(d.get("runtime"), "runtime", optional=True, max_len=32),
             version=_str(d.get("version"), "version", optional=True, max_len=32),
+            acceptance=None
+            if d.get("acceptance") is None
+            else TaskAcceptance.parse(d.get("acceptance"), "acceptance"),
             protocol=PROTOCOL_VERSION,
         )
 
@@ -234,6 +303,7 @@ class PollRequest:
             "version": self.version,
             "runtime": self.runtime,
             "hostname": self.hostname,
+            "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
             "slots": [s.to_json() for s in self.slots],
             "allocations": [a.to_json() for a in self.allocations],
             "wait": self.wait,
@@ -244,6 +314,45 @@ def _entrypoint(value: object, path: str) -> str | list[str]:
     if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
         return list(value)
     return _str(value, path) or ""
+
+
+MAX_UNIX_ID = 2**32 - 2  # (uid_t)-1 means "unchanged" to setuid(2)
+
+
+def _unix_id(value: object, path: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UNIX_ID:
+        raise ProtocolError(f"{path} must be an integer from 0 to {MAX_UNIX_ID}", path)
+    return value
+
+
+@dataclass(frozen=True)
+class TaskUser:
+    """Whose task this is, and the Unix identity it runs as on an agent.
+
+    `uid`/`gid` are the detlab user's linked agent user (`det user link-with-agent-user`, or the
+    master's `agent_user_group` default); None lets the agent derive an identity of its own for
+    this detlab user (agent/identity.py)."""
+
+    user_id: int
+    username: str
+    uid: int | None = None
+    gid: int | None = None
+    unix_user: str | None = None
+    unix_group: str | None = None
+
+    @classmethod
+    def parse(cls, body: object, path: str) -> TaskUser:
+        d = _obj(body, path)
+        return cls(
+            user_id=_int(d.get("user_id"), f"{path}.user_id") or 0,
+            username=_str(d.get("username"), f"{path}.username", max_len=128) or "",
+            uid=_unix_id(d.get("uid"), f"{path}.uid"),
+            gid=_unix_id(d.get("gid"), f"{path}.gid"),
+            unix_user=_str(d.get("unix_user"), f"{path}.unix_user", optional=True, max_len=64),
+            unix_group=_str(d.get("unix_group"), f"{path}.unix_group", optional=True, max_len=64),
+        )
 
 
 @dataclass(frozen=True)
@@ -261,11 +370,16 @@ class StartSpec:
     checkpoint_storage: dict[str, Any] = field(default_factory=dict)
     model_def_url: str | None = None
     model_def_sha256: str | None = None
+    user: TaskUser | None = None  # None: the agent's own (tests and unmanaged tools only)
+    # The task serves HTTP through the master's proxy (a notebook, a shell): the agent picks a
+    # free port, hands it over as DET_TASK_PORT and reports it (`AllocationReport.proxy_port`).
+    proxy: bool = False
 
     @classmethod
     def parse(cls, body: object, path: str = "spec") -> StartSpec:
         d = _obj(body, path)
         env = _obj(d.get("env", {}), f"{path}.env")
+        user = d.get("user")
         return cls(
             allocation_id=_str(d.get("allocation_id"), f"{path}.allocation_id") or "",
             trial_id=_int(d.get("trial_id"), f"{path}.trial_id") or 0,
@@ -285,6 +399,8 @@ class StartSpec:
             model_def_sha256=_str(
                 d.get("model_def_sha256"), f"{path}.model_def_sha256", optional=True
             ),
+            user=TaskUser.parse(user, f"{path}.user") if user is not None else None,
+            proxy=d.get("proxy") is True,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -2,8 +2,8 @@
 
     det-tui [-m URL] [--readonly] [VIEW [ID]]
 
-VIEW is one of `gpu`, `agents`, `queue`, `exps`, `exp ID`, `trial ID`, `logs ID`, `models`
-(default `exps`).
+VIEW is one of `gpu`, `agents`, `queue`, `exps`, `exp ID`, `trial ID`, `logs ID`, `models`,
+`tasks` (default `exps`).
 Inside, `:` opens the same views, `?` lists every key.
 """
 
@@ -22,7 +22,7 @@ from textual import work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.reactive import reactive
+from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.widgets import Input
 from textual.worker import Worker, get_current_worker
@@ -40,6 +40,7 @@ from tui.screens.experiments import ExperimentsScreen
 from tui.screens.logs import LogsScreen
 from tui.screens.models import ModelsScreen
 from tui.screens.queue import NOT_AVAILABLE, QueueScreen
+from tui.screens.tasks import TasksScreen
 from tui.screens.trial import TrialScreen
 
 DEFAULT_MASTER = DEFAULT_MASTER_URL
@@ -62,7 +63,11 @@ VIEWS = {
     "log": "logs",
     "models": "models",
     "model": "models",
+    "tasks": "tasks",
+    "task": "tasks",
 }
+# A task's log (a command's: its id is not a number); opened from the tasks view only.
+TASK_LOGS = "task-logs"
 NEEDS_ID = {"exp", "trial", "logs"}
 QUIT = {"q", "quit", "exit", "q!"}
 COMMANDS = [
@@ -74,6 +79,7 @@ COMMANDS = [
     "gpu",
     "agents",
     "models",
+    "tasks",
     "help",
     "quit",
 ]
@@ -83,13 +89,15 @@ MODE_SCREENS: dict[str, type[ViewScreen]] = {
     "queue": QueueScreen,
     "experiments": ExperimentsScreen,
     "models": ModelsScreen,
+    "tasks": TasksScreen,
 }
 
 
 class ClusterFetched(Message):
-    def __init__(self, data: ClusterData) -> None:
+    def __init__(self, data: ClusterData, worker: Worker | None = None) -> None:
         super().__init__()
         self.data = data
+        self.worker = worker  # the fetch it came from: only the newest one's answer is shown
 
 
 class ClusterFailed(Message):
@@ -120,12 +128,16 @@ class DetTUI(App):
         Binding("2", "view('queue')", "Queue", show=False),
         Binding("3", "view('experiments')", "Exps", show=False),
         Binding("4", "view('models')", "Models", show=False),
+        Binding("5", "view('tasks')", "Tasks", show=False),
         Binding("q", "quit", "Quit", show=False),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
 
-    cluster: reactive[ClusterData | None] = reactive(None, always_update=True)
-    freshness: reactive[Freshness] = reactive(Freshness)
+    # `var`, not `reactive`: a reactive's change repaints its owner, and the app's repaint is a
+    # full-screen render every refresh (most of det-tui's idle CPU); the watchers redraw what
+    # they show themselves
+    cluster: var[ClusterData | None] = var(None, always_update=True)
+    freshness: var[Freshness] = var(Freshness)
 
     def __init__(
         self,
@@ -204,7 +216,7 @@ class DetTUI(App):
             return  # superseded by a newer refresh (after an action)
         self.fetch_seconds.append(time.perf_counter() - t0)
         self.post_message(MasterStatus(None))
-        self.post_message(ClusterFetched(data))
+        self.post_message(ClusterFetched(data, worker))
 
     def _cluster_snapshot(self) -> ClusterData:
         """Blocking API calls (worker thread)."""
@@ -243,6 +255,11 @@ class DetTUI(App):
         )
 
     def on_cluster_fetched(self, message: ClusterFetched) -> None:
+        # Checked here, on the UI thread, where refreshes start: the worker's own is_cancelled
+        # check can pass just before a newer refresh starts, and its older answer then lands
+        # after the newer one and undoes it (a job moved by `K` jumped back until the next tick).
+        if message.worker is not None and message.worker is not self._cluster_worker:
+            return
         self.ctx.user = message.data.user
         self.cluster = message.data
 
@@ -285,6 +302,9 @@ class DetTUI(App):
         return None
 
     def open_view(self, view: str, ident: int | str | None = None) -> None:
+        if view == TASK_LOGS:
+            self.push_screen(LogsScreen(self.ctx, task_id=str(ident)))
+            return
         kind = VIEWS.get(view, view)
         if kind in NEEDS_ID:
             try:
@@ -297,7 +317,7 @@ class DetTUI(App):
             screen = self.screen
             if isinstance(screen, ClusterScreen):
                 screen.focus_table("agents" if kind == "agents" else "slots")
-        elif kind in ("queue", "experiments", "models"):
+        elif kind in ("queue", "experiments", "models", "tasks"):
             self._switch(kind)
         elif kind == "exp":
             self.push_screen(ExperimentScreen(self.ctx, int(ident)))  # type: ignore[arg-type]
@@ -333,7 +353,8 @@ class DetTUI(App):
         view.ask(
             ":",
             suggestions=COMMANDS,
-            hint="queue · exps · exp ID · trial ID · logs ID · gpu · agents · models · help · quit",
+            hint="queue · exps · exp ID · trial ID · logs ID · gpu · agents · models · tasks · help"
+            " · quit",
             on_submit=self.run_command,
         )
 
@@ -387,7 +408,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "view",
         nargs="?",
         default="exps",
-        help="gpu | agents | queue | exps | exp ID | trial ID | logs ID",
+        help="gpu | agents | queue | exps | exp ID | trial ID | logs ID | models | tasks",
     )
     parser.add_argument("id", nargs="?", help="the experiment or trial id")
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from harness.api import Conflict, NotFound
+from tui.fake_tasks import FakeTasks, make_tasks
 
 JSON = dict[str, Any]
 NOW = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC).timestamp()
@@ -116,8 +117,9 @@ def make_models() -> tuple[list[JSON], dict[str, list[JSON]]]:
     return models, versions
 
 
-class FakeClient:
-    """Same method names and return shapes as `Client` for the routes the TUI uses."""
+class FakeClient(FakeTasks):
+    """Same method names and return shapes as `Client` for the routes the TUI uses (the task
+    routes in tui/fake_tasks.py)."""
 
     master = "http://master.lab:8080"
 
@@ -126,6 +128,7 @@ class FakeClient:
         self.has_series = series
         self.user = {"id": 1, "username": "alice", "admin": False, "active": True}
         self.calls: list[tuple[str, tuple, dict]] = []
+        self.tasks = make_tasks(iso)
         self.agents = make_agents(2, gpus=4, busy_trials=[101, 102, 103, 201, 202])
         self.agents.append(
             {
@@ -198,7 +201,7 @@ class FakeClient:
                     "seed": 1000 + tid,
                     "restarts": 1 if tid == 102 else 0,
                     "steps_completed": steps,
-                    "searcher_target": 1000,
+                    "searcher_target": {202: 333, 203: 111}.get(tid, 1000),  # ASHA rungs
                     "progress": steps / 1000,
                     "best_validation": round(0.9 / (k + 2), 4) if steps else None,
                     "latest_validation": {
@@ -218,6 +221,7 @@ class FakeClient:
                     # an ASHA trial that finished its rung and waits for promotion
                     "waiting_for": "promotion" if tid == 203 else None,
                 }
+        self.rung_lengths: dict[int, list[int]] = {2: [111, 333, 1000]}  # experiment 2: ASHA
         self.pools = self._build_pools()
 
     # ---- a big cluster for benchmarks -----------------------------------------------------
@@ -358,11 +362,14 @@ class FakeClient:
         exps = [e for e in reversed(self.experiments) if state in (None, e["state"])]
         return copy.deepcopy(exps[offset : offset + limit]), len(exps)
 
-    def describe_experiment(self, exp_id: int) -> JSON:
+    def describe_experiment(self, exp_id: int, trials: bool = True) -> JSON:
+        eid = int(exp_id)
         for e in self.experiments:
-            if e["id"] == int(exp_id):
-                trials = [t for t in self.trials.values() if t["experiment_id"] == e["id"]]
-                return copy.deepcopy({"experiment": e, "trials": trials})
+            if e["id"] == eid:
+                body: JSON = {"experiment": e, "rung_lengths": self.rung_lengths.get(e["id"], [])}
+                if trials:
+                    body["trials"] = [t for t in self.trials.values() if t["experiment_id"] == eid]
+                return copy.deepcopy(body)
         raise NotFound(404, f"experiment {exp_id} not found", "not_found")
 
     def get_experiment(self, exp_id: int) -> JSON:
@@ -391,7 +398,7 @@ class FakeClient:
             "restarting from checkpoint ckpt-101-600 (restart 1 of 5)",
             *[f"step {s:5d}  loss {1 / (1 + s / 100):.4f}  lr 0.0500" for s in range(600, 650, 10)],
         ]
-        logs = [
+        logs: list[JSON] = [
             {
                 "seq": i + 1,
                 "timestamp": iso(600 - i * 10),

@@ -185,15 +185,23 @@ def get_str(
 
 
 def get_str_list(
-    raw: Mapping[str, Any], key: str, path: str, default: Any = None, *, max_len: int | None = None
+    raw: Mapping[str, Any],
+    key: str,
+    path: str,
+    default: Any = None,
+    *,
+    max_len: int | None = None,
+    max_items: int | None = None,
 ) -> Any:
-    """A list of strings (each at most `max_len` characters when given)."""
+    """A list of strings (each at most `max_len` characters, at most `max_items` of them)."""
     if _absent(raw, key, path, default):
         return list(default) if isinstance(default, list) else default
     value = raw[key]
     here = join(path, key)
     if not isinstance(value, list):
         raise ConfigError(here, f"expected a list of strings, got {describe(value)}")
+    if max_items is not None and len(value) > max_items:
+        raise ConfigError(here, f"at most {max_items:,} items, got {len(value):,}")
     for i, element in enumerate(value):
         if not isinstance(element, str):
             raise ConfigError(item(here, i), f"expected a string, got {describe(element)}")

@@ -40,37 +40,3 @@ def parse_length(raw: Mapping[str, Any], key: str, path: str, *, minimum: int) -
     if n > MAX_LENGTH:
         raise ConfigError(join(here, unit), f"at most {MAX_LENGTH:,}, got {n:,}")
     return {unit: n}
-
-
-def length_unit(config: dict) -> str:
-    """The unit of the searcher's lengths: "batches" | "records" | "epochs".
-
-    Searchers driven by `time_metric`/`max_time` count in batches.
-    """
-    max_length = config["searcher"].get("max_length")
-    if max_length:
-        return next(iter(max_length))
-    return "batches"
-
-
-# The length a searcher operation asks for when the config names no max_length (single, grid
-# and random in Determined 0.38 style, where the script decides how long it trains). Scripts
-# that still iterate `core.searcher.operations()` train this many batches.
-DEFAULT_OPERATION_LENGTH = 100
-
-
-def max_length_value(config: dict) -> int:
-    """How far one trial trains at most, in `length_unit` (`max_time` for time-based searches).
-
-    Without max_length or max_time (allowed for single, grid and random), the searcher's
-    operations ask for DEFAULT_OPERATION_LENGTH batches.
-    """
-    searcher = config["searcher"]
-    max_length = searcher.get("max_length")
-    if max_length:
-        return int(next(iter(max_length.values())))
-    if searcher.get("max_time") is not None:
-        return int(searcher["max_time"])
-    if searcher.get("name") in ("single", "grid", "random"):
-        return DEFAULT_OPERATION_LENGTH
-    raise ConfigError("searcher.max_length", "required")

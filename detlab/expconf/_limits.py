@@ -21,6 +21,10 @@ MAX_STRING = 64 * 1024  # characters in any one string value or key
 # -- fields -------------------------------------------------------------------------------------
 MAX_NAME = 512  # experiments.name is VARCHAR(512)
 MAX_LABEL = 255
+MAX_LABELS = 100  # labels on one experiment, model or model version
+MAX_DESCRIPTION = 16 * 1024  # experiment and model descriptions, version comments (characters)
+MAX_NOTES = 256 * 1024  # model and version notes: a page of Markdown (characters)
+MAX_PASSWORD = 1024  # characters; hashing a 10 MB one cost the master seconds of CPU
 MAX_SHORT = 255  # pools, metric names, images, uuids and other identifiers
 INT32_MAX = 2**31 - 1  # INTEGER columns (trial ids, restarts, priorities)
 # Training lengths (batches, records, epochs, max_time) are stored in BIGINT columns and
@@ -60,7 +64,7 @@ def check_document(raw: Any) -> None:
                 raise ConfigError(path, f"nested deeper than {MAX_DEPTH} levels")
             if isinstance(node, Mapping):
                 for key, child in node.items():
-                    here = _join(path, key)
+                    here = join_path(path, key)
                     if isinstance(key, str):
                         _check_text(key, here, "key")
                     stack.append((child, here, depth + 1))
@@ -77,7 +81,7 @@ def storable_json(raw: Any) -> Any:
     return json_value(raw, "")
 
 
-def _join(path: str, key: Any) -> str:
+def join_path(path: str, key: Any) -> str:
     shown = clean_text(str(key)[:80])
     return f"{path}.{shown}" if path else shown
 

@@ -26,7 +26,9 @@ from detlab.expconf._errors import ConfigError
 from detlab.expconf._hparams import check_grid, normalize_hyperparameters
 from detlab.expconf._lengths import parse_length
 from detlab.expconf._limits import (
+    MAX_DESCRIPTION,
     MAX_LABEL,
+    MAX_LABELS,
     MAX_LENGTH,
     MAX_NAME,
     MAX_RECORDS_PER_EPOCH,
@@ -121,7 +123,9 @@ def _expand(fields: dict[str, Any], *, require_storage: bool) -> dict[str, Any]:
     unmanaged = get_bool(fields, "unmanaged", "", False)
     config: dict[str, Any] = {
         "name": get_str(fields, "name", "", DEFAULT_NAME, max_len=MAX_NAME),
-        "description": get_str(fields, "description", "", "", allow_empty=True),
+        "description": get_str(
+            fields, "description", "", "", allow_empty=True, max_len=MAX_DESCRIPTION
+        ),
         "entrypoint": _entrypoint(fields.get("entrypoint"), unmanaged),
         "hyperparameters": hparams,
         "searcher": searcher,
@@ -140,7 +144,7 @@ def _expand(fields: dict[str, Any], *, require_storage: bool) -> dict[str, Any]:
         "environment": parse_environment(fields.get("environment"), resources["slots_per_trial"]),
         "bind_mounts": parse_bind_mounts(fields.get("bind_mounts")),
         "reproducibility": parse_reproducibility(fields.get("reproducibility")),
-        "labels": get_str_list(fields, "labels", "", [], max_len=MAX_LABEL),
+        "labels": get_str_list(fields, "labels", "", [], max_len=MAX_LABEL, max_items=MAX_LABELS),
         "data": get_json(fields, "data", "", {}, kind=dict),
         "workspace": get_str(fields, "workspace", "", None, max_len=MAX_SHORT),
         "project": get_str(fields, "project", "", None, max_len=MAX_SHORT),

@@ -31,7 +31,9 @@ from detlab.expconf._limits import (
     MAX_WEIGHT,
 )
 
-DEFAULT_IMAGE = "python:3.11-slim"
+# No image named: the docker agent picks its default for the trial's slot type (agent/images:
+# detlab/pytorch:2.13.0-cpu or -cuda); only the agent knows whether its slots are GPUs.
+DEFAULT_IMAGE: str | None = None
 DEFAULT_PRIORITY = 42
 STORAGE_TYPES = ("shared_fs", "s3", "gcs")
 _STORAGE_COMMON = ("type", "save_experiment_best", "save_trial_best", "save_trial_latest")
@@ -193,7 +195,7 @@ def parse_environment(raw: Any, slots_per_trial: int) -> dict[str, Any]:
     }
 
 
-def _image(value: Any, slots_per_trial: int) -> str:
+def _image(value: Any, slots_per_trial: int) -> str | None:
     """A string, or Determined's per-device mapping resolved to the one image we run."""
     path = "environment.image"
     if value is None:

@@ -7,6 +7,7 @@ from typing import Any
 import yaml
 
 from detlab.expconf._errors import ConfigError
+from detlab.expconf._yamlbounds import check_yaml_bounds
 
 _Base: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -38,8 +39,10 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 
 def load_yaml(text: str) -> Any:
-    """Parse YAML text; syntax errors become a ConfigError naming line and column."""
+    """Parse YAML text; syntax errors become a ConfigError naming line and column, and a
+    document that would expand past the value or depth bounds one naming the bound."""
     try:
+        check_yaml_bounds(text, _StrictLoader)  # before a single object is built
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark

@@ -140,7 +140,22 @@ class ViewScreen(Screen):
         self._last_error = None  # the same error, should it come back, is shown again
         self.post_message(MasterStatus(None))
         if message is not None:
-            self.post_message(message)
+            self.post_message(self.Fetched(group, worker, message))
+
+    class Fetched(Message):
+        """A background fetch's answer, on its way to the UI thread."""
+
+        def __init__(self, group: str, worker: Worker, message: Message) -> None:
+            super().__init__()
+            self.group, self.worker, self.message = group, worker, message
+
+    def on_view_screen_fetched(self, fetched: ViewScreen.Fetched) -> None:
+        fetched.stop()
+        # Only the newest fetch of the group is shown, decided here on the UI thread where fetches
+        # start: a superseded worker can pass its is_cancelled check just before the newer fetch
+        # starts, and its older answer would then land last and undo the newer one.
+        if self._fetches.get(fetched.group) is fetched.worker:
+            self.post_message(fetched.message)
 
     def on_fetch_failed(self, message: FetchFailed) -> None:
         if isinstance(message.error, NotFound):
@@ -339,9 +354,9 @@ class Confirm(ModalScreen[bool]):
 
 # Each line fits the overlay's width (no wrapping against its border).
 GLOBAL_HELP = [
-    (":", "command: queue exps gpu agents models help quit"),
+    (":", "command: queue exps gpu agents models tasks help quit"),
     ("", "  or exp ID, trial ID, logs ID (→ completes)"),
-    ("1 2 3 4", "views: GPUs/agents, job queue, experiments, models"),
+    ("1 2 3 4 5", "views: GPUs/agents, job queue, experiments, models, tasks"),
     ("?", "this help"),
     ("/", "filter the table (live); Esc clears"),
     ("s / S", "sort by the next column / reverse"),

@@ -10,7 +10,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import Static
 
-from harness.api import NotFound
+from harness.api import NotFound, trial_rung
 from tui.context import Context
 from tui.data import (
     JSON,
@@ -31,6 +31,7 @@ SPARK_POINTS = 16
 COLUMNS = [
     Column("id", "TRIAL", width=6, justify="right"),
     Column("state", "STATE", width=21),  # "waiting for promotion" (ASHA)
+    Column("rung", "RUNG", width=4, justify="right"),  # ASHA rung it trains to (as the CLI)
     Column("steps", "STEPS", width=7, justify="right"),
     Column("progress", "PROGRESS", width=13),
     Column("best", "BEST VAL", width=9, justify="right"),
@@ -55,16 +56,24 @@ def hparams_text(hp: Any, limit: int = 200) -> str:
     return " ".join(parts)[:limit]
 
 
-def trial_rows(trials: list[JSON], sparks: dict[int, str], metric: str | None = None) -> list[Row]:
-    """The experiment's trials; LATEST is the searcher `metric` of the latest validation."""
+def trial_rows(
+    trials: list[JSON],
+    sparks: dict[int, str],
+    metric: str | None = None,
+    rung_lengths: list[int] | None = None,
+) -> list[Row]:
+    """The experiment's trials; LATEST is the searcher `metric` of the latest validation, RUNG
+    the ASHA rung a trial trains to (blank for searches without rungs)."""
     rows = []
     for t in trials:
+        rung = trial_rung(t, rung_lengths or [])
         rows.append(
             Row(
                 str(t["id"]),
                 [
                     str(t["id"]),
                     styled_state(trial_display_state(t)),
+                    "" if rung is None else str(rung),
                     str(t.get("steps_completed", 0)),
                     progress_text(t.get("progress")),
                     fmt_number(t.get("best_validation")),
@@ -77,6 +86,7 @@ def trial_rows(trials: list[JSON], sparks: dict[int, str], metric: str | None = 
                 sort=[
                     t["id"],
                     None,
+                    rung or 0,
                     t.get("steps_completed") or 0,
                     t.get("progress") or 0,
                     _num(t.get("best_validation")),
@@ -171,7 +181,8 @@ class ExperimentScreen(ViewScreen):
                 self._fetch_sparks(exp, trials)
             except NotFound:
                 self.series_available = False
-        return self.Loaded(exp, trial_rows(trials, self.sparks, exp.get("searcher_metric")))
+        rows = trial_rows(trials, self.sparks, exp.get("searcher_metric"), body.get("rung_lengths"))
+        return self.Loaded(exp, rows)
 
     def _fetch_sparks(self, exp: JSON, trials: list[JSON]) -> None:
         api = self.ctx.api

@@ -1,5 +1,6 @@
-"""`:logs ID`: a trial's log, live. Follows new lines until you scroll up; `/` search,
-`&` filter, jump to errors, timestamps and wrap toggles, save to a file."""
+"""`:logs ID`: a trial's log (or, from the tasks view, any task's), live. Follows new lines
+until you scroll up; `/` search, `&` filter, jump to errors, timestamps and wrap toggles, save
+to a file."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class LogsScreen(ViewScreen):
         Binding("f", "follow", "Follow"),
         Binding("t", "timestamps", "Time"),
         Binding("w", "wrap", "Wrap"),
-        Binding("ctrl+s,S", "save", "Save"),
+        Binding("S,ctrl+s", "save", "Save"),  # the footer shows the first key: `S`, as docs/tui.md
         Binding("o", "trial", "Trial", show=False),
     ]
 
@@ -53,16 +54,35 @@ class LogsScreen(ViewScreen):
             super().__init__()
             self.error = error
 
-    def __init__(self, ctx: Context, trial_id: int) -> None:
+    def __init__(
+        self, ctx: Context, trial_id: int | None = None, task_id: str | None = None
+    ) -> None:
         super().__init__(ctx)
-        self.trial_id = int(trial_id)
+        # One of the two: a trial's log (its shared tail), or a task's that is not a trial's.
+        assert (trial_id is None) != (task_id is None), "a trial id or a task id"
+        self.trial_id = int(trial_id) if trial_id is not None else None
+        self.task_id = task_id
         self.done = False
         self.error: str | None = None
         self._stop = threading.Event()  # wakes the follower's waits when the view closes
 
     @property
     def title_text(self) -> str:
-        return f"logs {self.trial_id}"
+        return f"logs {self.trial_id if self.trial_id is not None else self.task_id}"
+
+    @property
+    def subject(self) -> str:
+        """What the status line and the saved file are named after."""
+        return f"trial {self.trial_id}" if self.trial_id is not None else f"task {self.task_id}"
+
+    def _page(self, after: int, follow: bool) -> dict:
+        api = self.ctx.api
+        if self.trial_id is not None:
+            return api.trial_logs(
+                self.trial_id, after=after, limit=PAGE, follow=follow, timeout=5.0
+            )
+        assert self.task_id is not None
+        return api.task_logs(self.task_id, after=after, limit=PAGE, follow=follow, timeout=5.0)
 
     @property
     def logview(self) -> LogView:
@@ -85,7 +105,6 @@ class LogsScreen(ViewScreen):
     @work(thread=True, exclusive=True, group="follow", exit_on_error=False)
     def follow(self) -> None:
         worker = get_current_worker()
-        api = self.ctx.api
 
         def gone() -> bool:
             return worker.is_cancelled or self._stop.is_set()
@@ -93,9 +112,7 @@ class LogsScreen(ViewScreen):
         after, follow = 0, False
         while not gone():
             try:
-                page = api.trial_logs(
-                    self.trial_id, after=after, limit=PAGE, follow=follow, timeout=5.0
-                )
+                page = self._page(after, follow)
             except MasterUnreachable as e:
                 self.post_message(MasterStatus(str(e)))
                 self._stop.wait(1.0)
@@ -146,7 +163,7 @@ class LogsScreen(ViewScreen):
     # ---- status line --------------------------------------------------------------------------
     def update_status(self) -> None:
         log = self.logview
-        t = Text(f" trial {self.trial_id} ", "bold")
+        t = Text(f" {self.subject} ", "bold")
         t.append(f" {len(log.entries)} lines", "dim")
         if log.dropped:
             t.append(f" ({log.dropped} oldest dropped)", "dim")
@@ -214,7 +231,7 @@ class LogsScreen(ViewScreen):
         self.update_status()
 
     def action_save(self) -> None:
-        default = f"trial-{self.trial_id}.log"
+        default = f"{self.subject.replace(' ', '-')}.log"
 
         def done(value: str | None) -> None:
             if value is None:
@@ -229,8 +246,14 @@ class LogsScreen(ViewScreen):
 
         self.ask("save to", default, hint="save the log to a file", on_submit=done)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "trial" and self.trial_id is None:
+            return False  # a command's log has no trial to open
+        return super().check_action(action, parameters)
+
     def action_trial(self) -> None:
-        self.open_view("trial", self.trial_id)
+        if self.trial_id is not None:
+            self.open_view("trial", self.trial_id)
 
     def action_back(self) -> None:
         log = self.logview

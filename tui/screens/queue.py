@@ -13,9 +13,12 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tui.context import Context
-from tui.data import JSON, ClusterData, fmt_age, job_action_allowed, styled_state
+from tui.data import JSON, ClusterData, job_action_allowed, parse_time, styled_state
 from tui.screens.common import EXPERIMENT_VERBS, MUTATING, Confirm, ViewScreen
-from tui.widgets.table import Column, ResourceTable, Row, RowCache, column_widths
+from tui.widgets.table import Age, Column, ResourceTable, Row, RowCache, column_widths
+
+# How long the view keeps its own edit over a master's answer that does not show it yet.
+PENDING_EDIT_S = 10.0
 
 NOT_AVAILABLE = "the job queue is not available on this master (GET /job-queues: 404)"
 
@@ -35,18 +38,17 @@ COLUMNS = [
 ]
 
 
-def queue_rows(pool: JSON, now: float, cache: RowCache | None = None) -> list[Row]:
+def queue_rows(jobs: list[JSON], cache: RowCache | None = None) -> list[Row]:
     """One pool's jobs as table rows (runs in the poller's worker thread); unchanged jobs reuse
-    their row from `cache`."""
+    their row from `cache`. WAIT is an `Age` cell: the rows do not change as time passes."""
     rows = []
-    for j in pool.get("jobs", []):
+    for j in jobs:
         queued = j.get("state") == "QUEUED"
         # from when the job last became waiting (the master's waiting_since), not submission
         since = j.get("waiting_since") or j.get("submitted_at")
-        wait = fmt_age(since, now) if queued else "-"
         key = str(j["job_id"])
         sig = (
-            wait,
+            since,
             j.get("position"),
             j.get("name"),
             j.get("user"),
@@ -79,7 +81,7 @@ def queue_rows(pool: JSON, now: float, cache: RowCache | None = None) -> list[Ro
                 f"{j.get('slots_held', 0)}/{j.get('slots_requested', 0)}",
                 str(j.get("jobs_ahead", "")),
                 f"{j.get('trials_running', 0)}/{j.get('trials_queued', 0)}",
-                wait,
+                Age(parse_time(since)) if queued else "-",  # ticks as drawn, not rebuilt
                 Text(j.get("reason") or "", "yellow" if queued else ""),
             ],
             sort=[
@@ -142,9 +144,12 @@ class QueueScreen(ViewScreen):
     class Rows(Message):
         """One pool's rows and column widths (built in a worker)."""
 
-        def __init__(self, pool: str | None, rows: list[Row], widths: list[int]) -> None:
+        def __init__(
+            self, pool: str | None, jobs: list[JSON], rows: list[Row], widths: list[int]
+        ) -> None:
             super().__init__()
             self.pool = pool
+            self.jobs = jobs  # what they were built from
             self.rows = rows
             self.widths = widths
 
@@ -157,10 +162,18 @@ class QueueScreen(ViewScreen):
         self.build_seconds: list[float] = []  # worker time building rows per refresh (benchmark)
         self._caches: dict[str, RowCache] = {}
         self._build_lock = threading.Lock()  # one RowCache user at a time
+        self._pool_line: Text | None = None
+        self.skipped = 0  # refreshes whose jobs had not changed (benchmark, tests)
+        # the pool and jobs the table shows (set on the UI thread, read by the build worker)
+        self._shown: tuple[str | None, list[JSON]] | None = None
+        # Edits this view made and the master may not show yet: job id -> (fields, until). A
+        # fetch that started before an edit landed would otherwise put the old value back, and a
+        # second key press would step from it (`+` then `-` ended one off).
+        self._pending: dict[str, tuple[dict, float]] = {}
 
     def body(self) -> ComposeResult:
         yield Static(id="pools", classes="section")
-        yield ResourceTable(COLUMNS, id="jobs", empty="no jobs in this pool")
+        yield ResourceTable(COLUMNS, id="jobs", empty="no jobs in this pool", clock=self.ctx.clock)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -179,6 +192,7 @@ class QueueScreen(ViewScreen):
         if data.pools is None:
             self.available = False
             self.query_one("#pools", Static).update(Text(" job queue", "bold"))
+            self._shown, self._pool_line = None, None
             self.table.set_empty(data.queue_error or NOT_AVAILABLE)
             self.maybe_refresh_bindings()
             return
@@ -187,7 +201,11 @@ class QueueScreen(ViewScreen):
         if self.pool not in names:
             busiest = max(data.pools, key=lambda p: len(p.get("jobs", [])), default=None)
             self.pool = busiest["name"] if busiest else None
-        self.query_one("#pools", Static).update(pool_line(data.pools, self.pool))
+        line = pool_line(data.pools, self.pool)
+        if line != self._pool_line:  # an update lays the screen out again: only on a change
+            self._pool_line = line
+            self.query_one("#pools", Static).update(line)
+        self.table.refresh()  # the WAIT column ticks even when the rows are not rebuilt
         self.refresh_data(now=True)
 
     def refresh_data(self, now: bool = False) -> None:
@@ -195,21 +213,50 @@ class QueueScreen(ViewScreen):
         if data is not None and data.pools is not None:
             self.fetch_in_background("rows", lambda: self.build(data, pool), now=now)
 
-    def build(self, data: ClusterData, pool: str | None) -> QueueScreen.Rows:
-        jobs: JSON = next((p for p in data.pools or [] if p["name"] == pool), {"jobs": []})
+    def build(self, data: ClusterData, pool: str | None) -> QueueScreen.Rows | None:
+        """The pool's rows; None (nothing to do, here or on the UI thread) when the table already
+        shows exactly these jobs: an idle queue of 10,000 jobs is not rebuilt every refresh."""
+        found = next((p for p in data.pools or [] if p["name"] == pool), None)
+        jobs: list[JSON] = self._with_pending((found or {}).get("jobs") or [])
+        shown = self._shown
+        if shown is not None and shown[0] == pool and shown[1] == jobs:
+            self.skipped += 1
+            return None
         t0 = time.perf_counter()
         with self._build_lock:
             cache = self._caches.setdefault(pool or "", RowCache())
-            rows = queue_rows(jobs, self.ctx.clock(), cache)
+            rows = queue_rows(jobs, cache)
             cache.finish()
         widths = column_widths(COLUMNS, rows)
         self.build_seconds.append(time.perf_counter() - t0)
-        return self.Rows(pool, rows, widths)
+        return self.Rows(pool, jobs, rows, widths)
+
+    def _with_pending(self, jobs: list[JSON]) -> list[JSON]:
+        """The jobs with this view's own edits on top until the master shows them (or a few
+        seconds pass: the master's word wins then)."""
+        if not self._pending:
+            return jobs
+        now = time.monotonic()
+        out = []
+        for j in jobs:
+            key = str(j.get("job_id"))
+            pending = self._pending.get(key)
+            if pending is None:
+                out.append(j)
+                continue
+            fields, until = pending
+            if now > until or all(j.get(k) == v for k, v in fields.items()):
+                self._pending.pop(key, None)
+                out.append(j)
+            else:
+                out.append({**j, **fields})
+        return out
 
     def on_queue_screen_rows(self, message: QueueScreen.Rows) -> None:
         if message.pool != self.pool:
             return  # built for the pool shown before `[` / `]`
         t0 = time.perf_counter()
+        self._shown = (message.pool, message.jobs)
         self.table.set_rows(message.rows, widths=message.widths)
         self.maybe_refresh_bindings()
         self.apply_seconds.append(time.perf_counter() - t0)
@@ -222,6 +269,10 @@ class QueueScreen(ViewScreen):
             if not self.available:
                 return False
             rows = self.table.selection()
+            if any(r.data.get("experiment_id") is None for r in rows):
+                # Only an experiment's job is steered, paused or killed here: a command's request
+                # is fixed at submission, and it is killed in `:tasks`.
+                return False
             if action in EXPERIMENT_VERBS:
                 return self.experiments_allowed(
                     action, [(r.data.get("experiment_state"), r.data.get("user")) for r in rows]
@@ -247,13 +298,28 @@ class QueueScreen(ViewScreen):
 
     def _update(self, verb: str, changes_for: list[tuple[JSON, dict]]) -> None:
         api = self.ctx.api
+        # The rows' data takes the new values now, on the UI thread, before the call: a second
+        # key press steps on from them even when it comes before the first call has returned
+        # (`+` then `-` at once used to read the old priority and land one off). A failed call
+        # puts the old values back; the next refresh rebuilds the rows either way.
+        undo = [(job, {k: job[k] for k in changes if k in job}) for job, changes in changes_for]
+        until = time.monotonic() + PENDING_EDIT_S
+        for job, changes in changes_for:
+            fields = {k: v for k, v in changes.items() if k in job}
+            job.update(fields)
+            if fields:
+                self._pending[str(job["job_id"])] = (fields, until)
+        self._shown = None  # the shown jobs were edited in place: never skip the next rebuild
 
         def run() -> str:
-            for job, changes in changes_for:
-                api.update_job(job["job_id"], **changes)
-                # The row shows the new value at once: a second key press before the next
-                # refresh steps on from it instead of repeating the first change.
-                job.update({k: v for k, v in changes.items() if k in job})
+            try:
+                for job, changes in changes_for:
+                    api.update_job(job["job_id"], **changes)
+            except Exception:
+                for job, old in undo:
+                    job.update(old)
+                    self._pending.pop(str(job["job_id"]), None)
+                raise
             ids = ", ".join(str(j["job_id"]) for j, _ in changes_for)
             return f"{verb}: job {ids}"
 

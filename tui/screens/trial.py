@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import Static
 
-from harness.api import NotFound
+from harness.api import NotFound, trial_rung
 from tui.context import Context
 from tui.data import (
     JSON,
@@ -70,12 +70,18 @@ def checkpoint_rows(ckpts: list[JSON], now: float) -> list[Row]:
     ]
 
 
-def trial_info(t: JSON, now: float, metric: str | None = None) -> Text:
-    """The trial's header; `metric` is its experiment's searcher metric (shown first)."""
+def trial_info(
+    t: JSON, now: float, metric: str | None = None, rung_lengths: list[int] | None = None
+) -> Text:
+    """The trial's header; `metric` is its experiment's searcher metric (shown first),
+    `rung_lengths` its ASHA rungs (the trial's rung is shown as `rung 2/3`)."""
     x = Text()
     x.append(f" Trial {t['id']} ", "bold reverse")
     x.append(f"  experiment {t.get('experiment_id')}  ")
     x.append_text(styled_state(trial_display_state(t)))
+    rung = trial_rung(t, rung_lengths or [])
+    if rung is not None:
+        x.append(f"   rung {rung}/{len(rung_lengths or [])}")
     x.append(f"   steps {t.get('steps_completed', 0)}/{t.get('searcher_target') or '?'}  ")
     x.append_text(progress_text(t.get("progress"), 12))
     x.append(f"   restarts {t.get('restarts', 0)}")
@@ -114,11 +120,14 @@ class TrialScreen(ViewScreen):
     ]
 
     class Loaded(Message):
-        def __init__(self, trial: JSON, rows: list[Row], metric: str | None) -> None:
+        def __init__(
+            self, trial: JSON, rows: list[Row], metric: str | None, rung_lengths: list[int]
+        ) -> None:
             super().__init__()
             self.trial = trial
             self.rows = rows
             self.metric = metric
+            self.rung_lengths = rung_lengths
 
     class Chart(Message):
         def __init__(self, names: JSON, metric: str | None, series: list[Series]) -> None:
@@ -132,6 +141,7 @@ class TrialScreen(ViewScreen):
         self.trial_id = int(trial_id)
         self.trial: JSON | None = None
         self.searcher_metric: str | None = None  # its experiment's, fetched once (worker)
+        self.rung_lengths: list[int] = []  # its experiment's ASHA rungs, fetched with it
         self.names: JSON | None = None
         self.metrics: list[str] = []
         self.metric: str | None = None
@@ -172,20 +182,21 @@ class TrialScreen(ViewScreen):
     def fetch(self) -> TrialScreen.Loaded:
         api = self.ctx.api
         trial = api.get_trial(self.trial_id)
-        if self.searcher_metric is None:
+        if self.searcher_metric is None:  # its experiment's, once: they do not change
             try:
-                exp = api.get_experiment(int(trial["experiment_id"]))
-                self.searcher_metric = exp.get("searcher_metric") or ""
+                body = api.describe_experiment(int(trial["experiment_id"]), trials=False)
+                self.searcher_metric = body["experiment"].get("searcher_metric") or ""
+                self.rung_lengths = list(body.get("rung_lengths") or [])
             except NotFound:
                 self.searcher_metric = ""
         rows = checkpoint_rows(api.list_trial_checkpoints(self.trial_id), self.ctx.clock())
-        return self.Loaded(trial, rows, self.searcher_metric or None)
+        return self.Loaded(trial, rows, self.searcher_metric or None, self.rung_lengths)
 
     def on_trial_screen_loaded(self, message: TrialScreen.Loaded) -> None:
         self.ctx.remember(("trial", self.trial_id), message)
         self.trial = message.trial
         self.query_one("#trial-info", Static).update(
-            trial_info(message.trial, self.ctx.clock(), message.metric)
+            trial_info(message.trial, self.ctx.clock(), message.metric, message.rung_lengths)
         )
         self.query_one(ResourceTable).set_rows(message.rows)
 

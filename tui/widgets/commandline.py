@@ -42,8 +42,9 @@ class CommandLine(Vertical):
     DEFAULT_CSS = """
     CommandLine { dock: bottom; height: auto; display: none; }
     CommandLine > Label { width: 100%; color: $text-muted; padding: 0 1; }
-    CommandLine > Input { width: 100%; border: none; height: 1; padding: 0 1;
-                          background: $boost; }
+    CommandLine > Input, CommandLine > Input:focus, CommandLine > Input.-invalid {
+        width: 100%; border: none; height: 1; padding: 0 1; background: $boost;
+    }
     """
 
     def __init__(self) -> None:
@@ -55,7 +56,9 @@ class CommandLine(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Label(id="command-hint")
-        yield PromptInput(id="command-input")
+        # compact: Textual's own `Input:focus { border: tall }` is more specific than a plain
+        # `CommandLine > Input`, and a one-row input with a border shows only the border.
+        yield PromptInput(id="command-input", compact=True)
 
     @property
     def input(self) -> PromptInput:

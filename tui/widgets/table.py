@@ -1,13 +1,15 @@
 """`ResourceTable`: a fast, virtual table for 10,000s of rows, updated in place.
 
 Only the visible lines are rendered (Textual's line API), each cached until its row changes, so a
-refresh of 10,000 jobs costs a list swap plus ~40 lines of rendering. The cursor follows its
-row's key across updates, filtering and sorting; rows can be marked for bulk actions.
+refresh of 10,000 jobs costs a list swap plus ~40 lines of rendering. An `Age` cell (a job's
+wait) is worked out when its line is drawn, so it ticks without the rows being rebuilt. The cursor
+follows its row's key across updates, filtering and sorting; rows can be marked for bulk actions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -21,7 +23,23 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-Cell = Text | str
+from tui.data import fmt_duration
+
+
+@dataclass(frozen=True)
+class Age:
+    """A cell showing how long ago `since` (a POSIX time; None: `-`) was, as of when it is drawn
+    (the table's clock): the row itself never changes as time passes."""
+
+    since: float | None
+
+    def text(self, now: float) -> str:
+        return "-" if self.since is None else fmt_duration(now - self.since)
+
+
+AGE_WIDTH = 6  # `59m59s`, `23h59m`, `3d04h`
+
+Cell = Text | str | Age
 
 
 @dataclass
@@ -54,7 +72,9 @@ class Row:
         """Changes whenever what the row shows changes (its render cache key)."""
         if self._sig is None:
             self._sig = hash(
-                tuple(c if isinstance(c, str) else (c.plain, repr(c.spans)) for c in self.cells)
+                tuple(
+                    c if isinstance(c, str | Age) else (c.plain, repr(c.spans)) for c in self.cells
+                )
             )
         return self._sig
 
@@ -84,7 +104,9 @@ class RowCache:
 
 
 def column_widths(columns: Sequence[Column], rows: Sequence[Row], sample: int = 2000) -> list[int]:
-    """Widths that fit the header and (a sample of) the rows; call it off the UI thread."""
+    """The width each column's content wants: its header and (a sample of) its cells, at least
+    `min_width`, a fixed `width` as it is. Not capped at `max_width`: `fit_widths` does that
+    once the table knows how wide it is. Call it off the UI thread."""
     widths = []
     some = rows if len(rows) <= sample else rows[:sample]
     for i, col in enumerate(columns):
@@ -97,15 +119,39 @@ def column_widths(columns: Sequence[Column], rows: Sequence[Row], sample: int = 
                 n = _cell_len(r.cells[i])
                 if n > w:
                     w = n
-        widths.append(max(col.min_width, min(col.max_width, w)))
+        widths.append(max(col.min_width, w))
+    return widths
+
+
+def fit_widths(columns: Sequence[Column], wanted: Sequence[int], available: int) -> list[int]:
+    """Column widths for a table `available` cells wide: each column gets what its content
+    wants up to its `max_width`; room left over goes to the columns cut at `max_width`, left to
+    right, up to their content (hparams and metric names are not cut to `5…` beside empty
+    screen). A row is a mark cell plus each column and a space after it."""
+    widths = [
+        w if col.width is not None else min(w, max(col.min_width, col.max_width))
+        for col, w in zip(columns, wanted, strict=True)
+    ]
+    spare = available - 1 - sum(widths) - len(widths)
+    for i, want in enumerate(wanted):
+        if spare <= 0:
+            break
+        extra = min(spare, want - widths[i])
+        if extra > 0:
+            widths[i] += extra
+            spare -= extra
     return widths
 
 
 def _plain(cell: Cell) -> str:
+    if isinstance(cell, Age):
+        return ""  # changes as time passes: neither searched nor sorted by its text
     return cell if isinstance(cell, str) else cell.plain
 
 
 def _cell_len(cell: Cell) -> int:
+    if isinstance(cell, Age):
+        return AGE_WIDTH
     return len(cell) if isinstance(cell, str) else cell.cell_len
 
 
@@ -163,9 +209,11 @@ class ResourceTable(ScrollView, can_focus=True):
         name: str | None = None,
         id: str | None = None,  # noqa: A002
         classes: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self.columns = list(columns)
+        self.clock = clock  # for `Age` cells
         self.empty = empty
         self.markable = markable
         self.rows: list[Row] = []
@@ -174,7 +222,8 @@ class ResourceTable(ScrollView, can_focus=True):
         self.filter_text = ""
         self.sort_column: int | None = None
         self.sort_reverse = False
-        self._widths: list[int] = column_widths(self.columns, [])
+        self._wanted: list[int] = column_widths(self.columns, [])  # what the content wants
+        self._widths: list[int] = fit_widths(self.columns, self._wanted, 0)  # what it gets
         self._cursor_key: str | None = None
         self._cache: LRUCache[tuple, Strip] = LRUCache(1024)
         self._layout = 0
@@ -204,6 +253,11 @@ class ResourceTable(ScrollView, can_focus=True):
     def _compute_widths(self, widths: list[int] | None = None) -> None:
         if widths is None or len(widths) != len(self.columns):
             widths = column_widths(self.columns, self.rows)
+        self._wanted = widths
+        self._fit_widths()
+
+    def _fit_widths(self) -> None:
+        widths = fit_widths(self.columns, self._wanted, self.size.width)
         if widths != self._widths:
             self._widths = widths
             self._layout += 1
@@ -283,6 +337,7 @@ class ResourceTable(ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self.virtual_size = Size(event.size.width, len(self.view) + 1)
         self._cache.clear()
+        self._fit_widths()
         self._scroll_to_cursor()
 
     def action_cursor(self, delta: int) -> None:
@@ -381,17 +436,21 @@ class ResourceTable(ScrollView, can_focus=True):
         is_cursor = index == self.cursor
         marked = row.key in self.marked
         focused = self.has_focus
-        key = (row.key, row.signature, is_cursor, marked, focused, width, self._layout)
+        now = self.clock()
+        ages = tuple(c.text(now) for c in row.cells if isinstance(c, Age))
+        key = (row.key, row.signature, ages, is_cursor, marked, focused, width, self._layout)
         strip = self._cache.get(key)
         if strip is None:
-            strip = self._render_row(row, is_cursor, marked, width)
+            strip = self._render_row(row, is_cursor, marked, width, now)
             self._cache[key] = strip
         return strip
 
-    def _render_row(self, row: Row, is_cursor: bool, marked: bool, width: int) -> Strip:
+    def _render_row(self, row: Row, is_cursor: bool, marked: bool, width: int, now: float) -> Strip:
         text = Text("●" if marked else " ", no_wrap=True)
         for i, (col, w) in enumerate(zip(self.columns, self._widths, strict=True)):
             cell = row.cells[i] if i < len(row.cells) else ""
+            if isinstance(cell, Age):
+                cell = cell.text(now)
             cell_text = Text(cell, no_wrap=True) if isinstance(cell, str) else cell.copy()
             text.append(_fit(cell_text, w, col.justify))
             text.append(" ")
