@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -23,6 +25,12 @@ AGENT_TOKEN = "test-agent-token"
 
 
 def free_port() -> int:
+    """A port free now; under pytest-xdist, from this worker's own range (tests/xdist_groups.py)."""
+    from tests import xdist_groups
+
+    index = xdist_groups.worker_index()
+    if index is not None:
+        return xdist_groups.worker_port(index)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -32,18 +40,24 @@ def pg_admin_url() -> str:
     return os.environ.get("DET_TEST_DB_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
-def create_pg_database(prefix: str = "detlab_test") -> str:
-    """A fresh, empty PostgreSQL database; returns its URL."""
+def create_pg_database(prefix: str = "detlab_test", *, migrated: bool = True) -> str:
+    """A fresh PostgreSQL database; returns its URL. `migrated` (the default): a copy of the
+    migrated template (tests/pgtemplate.py), as a master would leave it after its migrations but
+    before its first start; else empty (the migration tests)."""
     import psycopg2
 
+    from tests import pgtemplate
+
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    conn = psycopg2.connect(pg_admin_url())
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-    base = pg_admin_url().rsplit("/", 1)[0]
-    return f"{base}/{name}"
+    if migrated:
+        pgtemplate.create_from_template(pg_admin_url(), name)
+    else:
+        conn = psycopg2.connect(pg_admin_url())
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+        conn.close()
+    return pgtemplate.db_url(pg_admin_url(), name)
 
 
 def drop_pg_database(url: str) -> None:
@@ -57,6 +71,10 @@ def drop_pg_database(url: str) -> None:
     conn.close()
 
 
+class ProcessExited(RuntimeError):
+    """A process a test waits on has exited: waiting longer cannot help (`wait_for` re-raises)."""
+
+
 def wait_for(
     pred: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1, what: str = ""
 ) -> Any:
@@ -67,10 +85,85 @@ def wait_for(
             val = pred()
             if val:
                 return val
+        except ProcessExited:
+            # A master that crashed on start used to be polled for the full 120 s.
+            raise
         except Exception as e:  # noqa: BLE001 - keep polling until the deadline
             last_exc = e
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what or pred}: {last_exc}")
+
+
+# How long a test helper rides out the master's "busy, retry" answers before failing.
+MASTER_BUSY_S = 60.0
+RETRY_STATUSES = (429, 503)
+
+
+def call_master(method: str, url: str, **kw: Any) -> requests.Response:
+    """Every test helper's call to the master goes through here. A 503 (its database is busy or
+    away: "retry shortly", with Retry-After) or a 429 is answered before anything was kept, so it
+    is retried like every client of the master must (harness/api/_retry.py), for up to
+    MASTER_BUSY_S; the last answer is returned as it is. Tests that assert on the 503 itself (the
+    outage tests) call requests directly."""
+    from harness.api._retry import FIRST_DELAY_S, MAX_DELAY_S
+
+    deadline = time.monotonic() + MASTER_BUSY_S
+    delay = FIRST_DELAY_S
+    while True:
+        r = requests.request(method, url, **kw)
+        if r.status_code not in RETRY_STATUSES or time.monotonic() + delay > deadline:
+            return r
+        try:
+            after = float(r.headers.get("Retry-After") or delay)
+        except ValueError:
+            after = delay
+        time.sleep(min(max(after, 0.05), MAX_DELAY_S))
+        delay = min(delay * 2, MAX_DELAY_S)
+
+
+# The agents of these tests run as root and their trials as other Unix users
+# (agent/identity.py), which must pass through to their work directories and checkpoints as they
+# would through any operator's --work-dir. pytest keeps its temporary directories under
+# /tmp/pytest-of-USER, which every pytest session resets to 0700, so a cluster's directory lives
+# here instead (search permission for others, no listing), linked from the test's tmp_path.
+CLUSTERS_ROOT = Path(tempfile.gettempdir()) / "detlab-test-clusters"
+
+
+def let_trials_run_python() -> None:
+    """This machine's interpreter may live in root's 0700 home (pyenv): give other users search
+    permission (not listing) on the directories above it, as an installation for trials running
+    as other users needs (det-agent refuses to start isolated otherwise, naming them)."""
+    from agent.identity import unreachable_ancestors
+    from agent.runtime.process import python_dirs
+
+    for path in python_dirs():
+        for d in unreachable_ancestors(path):
+            os.chmod(d, os.stat(d).st_mode & 0o7777 | 0o001)
+
+
+def cluster_dir(tmp_path: Path, name: str) -> Path:
+    """A fresh directory for one cluster that trials running as other users can pass through;
+    `tmp_path/name` links to it (see `release_cluster_dir`)."""
+    let_trials_run_python()
+    CLUSTERS_ROOT.mkdir(mode=0o711, exist_ok=True)
+    CLUSTERS_ROOT.chmod(0o711)
+    path = Path(tempfile.mkdtemp(prefix=f"{tmp_path.name[:40]}-{name}-", dir=CLUSTERS_ROOT))
+    path.chmod(0o711)
+    (tmp_path / name).symlink_to(path, target_is_directory=True)
+    return path
+
+
+def release_cluster_dir(tmp_path: Path, name: str) -> None:
+    """Remove a `cluster_dir`, keeping its logs in tmp_path/name for a failed test's reader."""
+    link = tmp_path / name
+    if not link.is_symlink():
+        return
+    path = link.resolve()
+    link.unlink()
+    link.mkdir()
+    for log in path.glob("*.log"):
+        shutil.copyfile(log, link / log.name)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 class Cluster:
@@ -133,7 +226,7 @@ class Cluster:
 
     def _healthy(self) -> bool:
         if self.master and self.master.poll() is not None:
-            raise RuntimeError(f"master exited: {self.read_log('master')[-3000:]}")
+            raise ProcessExited(f"master exited: {self.read_log('master')[-3000:]}")
         try:
             return requests.get(self.url + "/api/v1/health", timeout=1).ok
         except requests.RequestException:
@@ -150,8 +243,22 @@ class Cluster:
         self.master = None
 
     def start_agent(
-        self, agent_id: str = "agent-1", slots: int = 1, *extra: str, runtime: str = "process"
+        self,
+        agent_id: str = "agent-1",
+        slots: int = 1,
+        *extra: str,
+        runtime: str = "process",
+        uid: int | None = None,
     ) -> None:
+        """Start det-agent, as root (it isolates trials) or, with `uid`, as that ordinary Unix
+        user (uid = gid, no groups: it cannot isolate), its work and data dirs made its own."""
+        work, data = self.tmp / f"work-{agent_id}", self.tmp / f"data-{agent_id}"
+        as_user: dict[str, Any] = {}
+        if uid is not None:
+            for d in (work, data):
+                d.mkdir(mode=0o700, exist_ok=True)
+                os.chown(d, uid, uid)
+            as_user = {"user": uid, "group": uid, "extra_groups": []}
         args = [
             str(BIN / "det-agent"),
             "--master",
@@ -161,7 +268,11 @@ class Cluster:
             "--slots",
             str(slots),
             "--work-dir",
-            str(self.tmp / f"work-{agent_id}"),
+            str(work),
+            # Its own credential file (agent/credential.py), not one in the user's home that
+            # another test's master issued.
+            "--data-dir",
+            str(data),
             "--kill-grace",
             "3",
             "--runtime",
@@ -170,14 +281,14 @@ class Cluster:
         ]
         log = open(self.tmp / f"{agent_id}.log", "ab")  # noqa: SIM115
         self.agents[agent_id] = subprocess.Popen(
-            args, env=self.env(), stdout=log, stderr=subprocess.STDOUT
+            args, env=self.env(), stdout=log, stderr=subprocess.STDOUT, **as_user
         )
         wait_for(lambda: self._agent_state(agent_id) == "ACTIVE", 90, what=f"agent {agent_id}")
 
     def _agent_state(self, agent_id: str) -> str | None:
         proc = self.agents.get(agent_id)
         if proc and proc.poll() is not None:
-            raise RuntimeError(f"agent exited: {self.read_log(agent_id)[-3000:]}")
+            raise ProcessExited(f"agent exited: {self.read_log(agent_id)[-3000:]}")
         for a in self.get("/agents")["agents"]:
             if a["id"] == agent_id:
                 return a["state"]
@@ -206,7 +317,8 @@ class Cluster:
     @property
     def token(self) -> str:
         if self._token is None:
-            r = requests.post(
+            r = call_master(
+                "POST",
                 self.url + "/api/v1/auth/login",
                 json={"username": "admin", "password": ADMIN_PASSWORD},
                 timeout=10,
@@ -215,23 +327,19 @@ class Cluster:
             self._token = r.json()["token"]
         return self._token
 
+    def request(self, method: str, path: str, **kw: Any) -> requests.Response:
+        """A call to `/api/v1{path}` as the admin, through `call_master` (busy answers retried)."""
+        headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
+        kw.setdefault("timeout", 60)
+        return call_master(method, self.url + "/api/v1" + path, headers=headers, **kw)
+
     def get(self, path: str, **params: Any) -> Any:
-        r = requests.get(
-            self.url + "/api/v1" + path,
-            params=params,
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=60,
-        )
+        r = self.request("GET", path, params=params)
         r.raise_for_status()
         return r.json()
 
     def post(self, path: str, body: Any = None) -> requests.Response:
-        return requests.post(
-            self.url + "/api/v1" + path,
-            json=body or {},
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=60,
-        )
+        return self.request("POST", path, json=body or {})
 
     # -- CLI ---------------------------------------------------------------------------------
     def det(

@@ -4,7 +4,7 @@ Two groups may be left out on purpose, and only with an environment variable tha
 repeats:
 
     DET_SKIP_DOCKER_SETUP=1   the Docker runtime tests (marker `docker`): no engine, no image
-    DET_SKIP_TMUX_TESTS=1     the det-tui smoke test in a real terminal (marker `tmux`)
+    DET_SKIP_TMUX_TESTS=1     the det-tui tests in a real terminal (marker `tmux`)
 
 Every other skip (a missing dependency, an engine that does not answer, tmux not installed) turns
 a green run red, so "all passed" always means the tests ran. The policy lives in pure functions
@@ -101,6 +101,18 @@ def pytest_report_header(config) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 _groups: dict[str, frozenset[str]] = {}
+GROUPS_PROPERTY = "skipguard.groups"
+
+
+def report_groups(report) -> frozenset[str]:  # type: ignore[no-untyped-def]
+    """The opt-out groups of a report's test: from collection here, or from the report itself
+    (a report an xdist worker sent to the controller, which collected nothing)."""
+    if report.nodeid in _groups:
+        return _groups[report.nodeid]
+    for name, value in getattr(report, "user_properties", ()):
+        if name == GROUPS_PROPERTY:
+            return frozenset(g for g in str(value).split(",") if g)
+    return frozenset()
 
 
 def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-untyped-def]
@@ -110,6 +122,9 @@ def pytest_collection_modifyitems(config, items) -> None:  # type: ignore[no-unt
             item.add_marker(pytest.mark.docker)
         groups = frozenset(g for g in OPT_OUTS if item.get_closest_marker(g))
         _groups[item.nodeid] = groups
+        # Under pytest-xdist the workers collect and the controller judges the skips: the groups
+        # travel to it in the reports (every report carries its item's user_properties).
+        item.user_properties.append((GROUPS_PROPERTY, ",".join(sorted(groups))))
 
 
 def pytest_runtest_setup(item) -> None:  # type: ignore[no-untyped-def]
@@ -123,7 +138,7 @@ def pytest_runtest_logreport(report) -> None:  # type: ignore[no-untyped-def]
         _skips.append(
             Skip(
                 report.nodeid,
-                _groups.get(report.nodeid, frozenset()),
+                report_groups(report),
                 skip_reason(report.longrepr),
             )
         )

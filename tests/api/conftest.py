@@ -81,7 +81,7 @@ def poll(
 
 
 def schedule(app: Flask) -> int:
-    from master.services.scheduling import schedule_pass
+    from master.services.queue.scheduling import schedule_pass
 
     with app.app_context():
         return schedule_pass()

@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from detlab.protocol import PROTOCOL_VERSION
 from master.db import db
 from master.models import Agent
-from master.services import heartbeats
+from master.services.agent import heartbeats
 from tests.api.conftest import AGENT, poll
 
 

@@ -28,7 +28,17 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
-from tests.cluster import AGENT_TOKEN, Cluster, create_pg_database, drop_pg_database, wait_for
+from tests.cluster import (
+    AGENT_TOKEN,
+    Cluster,
+    cluster_dir,
+    create_pg_database,
+    drop_pg_database,
+    release_cluster_dir,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration  # a real cluster (its own fixture, not cluster_factory)
 
 # Cases per operation in the fuzzing phase (the coverage phase adds its own boundary cases).
 # DET_FUZZ_EXAMPLES raises it for a longer hunt; the default keeps the run to a few minutes.
@@ -93,30 +103,28 @@ class Target:
 
 def _seed(c: Cluster, tmp: Path) -> Target:
     """A running trial (its token written to a file), a second experiment, a template, a model."""
-    auth = {"Authorization": f"Bearer {c.token}"}
-    out = tmp / "session.json"
+    # The trial runs as its own Unix identity: it hands its token over through a sticky,
+    # world-writable directory (like /tmp), the test reading it as root.
+    drop = tmp / "seed"
+    drop.mkdir()
+    drop.chmod(0o1777)
+    out = drop / "session.json"
     config = CONFIG.format(python=sys.executable, ckpts=tmp / "ckpts")
     exp_ids = []
     for script in (TRAIN.format(out=str(out)), "print('hello')\n"):
-        r = requests.post(
-            c.url + "/api/v1/experiments",
+        r = c.request(
+            "POST",
+            "/experiments",
             data={"config": config},
             files={"model_def": ("model.tar.gz", _model_def(script))},
-            headers=auth,
-            timeout=60,
         )
         assert r.status_code == 201, r.text
         exp_ids.append(r.json()["experiment"]["id"])
         if len(exp_ids) == 1:  # the second must not take the only slot first
             wait_for(out.exists, 120, what="the seeded trial's session token")
-    r = requests.put(
-        c.url + "/api/v1/templates/base",
-        json={"config": {"description": "t"}},
-        headers=auth,
-        timeout=60,
-    )
+    r = c.request("PUT", "/templates/base", json={"config": {"description": "t"}})
     assert r.status_code in (200, 201), r.text
-    r = requests.post(c.url + "/api/v1/models", json={"name": "m1"}, headers=auth, timeout=60)
+    r = c.request("POST", "/models", json={"name": "m1"})
     assert r.status_code == 201, r.text
     target = Target(c, json.loads(out.read_text()))
     target.other_experiment_id = exp_ids[1]
@@ -126,8 +134,13 @@ def _seed(c: Cluster, tmp: Path) -> Target:
 @pytest.fixture(scope="module")
 def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     url = create_pg_database()
-    tmp = Path(tmp_path_factory.mktemp("fuzz"))
-    c = Cluster(tmp, url)
+    base = Path(tmp_path_factory.mktemp("fuzz"))
+    # Trials run as another Unix identity: the cluster lives where that identity can reach it.
+    tmp = cluster_dir(base, "cluster")
+    # A failed login costs a full password hash whoever is named (constant-time logins, issue
+    # 37): capping one address's failures keeps the fuzzer's login cases from spending the run
+    # hashing. Each case is still parsed and checked; past the cap the answer is a 429.
+    c = Cluster(tmp, url, master_yaml="login_throttle: {max_failures_per_address: 10}\n")
     try:
         c.start_master()
         c.start_agent("agent-1", slots=1)
@@ -135,6 +148,7 @@ def fuzz_target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     finally:
         c.stop()
         drop_pg_database(url)
+        release_cluster_dir(base, "cluster")
 
 
 @pytest.fixture(scope="module")

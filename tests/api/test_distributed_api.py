@@ -17,8 +17,8 @@ def schedule_across(app: Flask, placements: tuple) -> None:
     """Run the master's scheduling pass (nothing placed by hand) and check where it put trial 1:
     two one-slot agents, so the two-slot gang spans both."""
     from master.models import Allocation
-    from master.services.allocations import containers_of
-    from master.services.scheduling import schedule_pass
+    from master.services.queue.scheduling import schedule_pass
+    from master.services.task.allocations import containers_of
 
     with app.app_context():
         schedule_pass()

@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import event
 
 from master.db import db
-from master.services.log_tail import TrialTail
+from master.log_tail import TrialTail
 from tests.api.conftest import AGENT, login, start_one, submit
 
 FOLLOWERS = 20

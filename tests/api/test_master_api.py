@@ -288,14 +288,14 @@ def test_kill_stops_the_running_trial(app: Flask, client: FlaskClient) -> None:
 def test_lost_agent_fails_its_allocations_and_the_trial_moves(
     app: Flask, client: FlaskClient
 ) -> None:
-    from master.services.agents import reap_lost_agents
+    from master.services.agent.agents import reap_lost_agents
 
     auth = login(client)
     exp = submit(client, auth)["experiment"]
     spec = start_one(app, client, agent_id="a1")
     poll(client, agent_id="a2")
     with app.app_context():
-        from master.services import heartbeats
+        from master.services.agent import heartbeats
 
         heartbeats.flush()  # a1's last poll (stamped when it ended), then five silent minutes
         db.session.get(Agent, "a1").last_seen = utcnow() - timedelta(minutes=5)
@@ -409,7 +409,8 @@ def test_metrics_are_strict_json_and_nan_travels_as_a_string(
     url, tauth = f"/api/v1/trials/{spec['trial_id']}/metrics", trial_auth(spec)
     raw = b'{"reports": [{"group": "training", "steps_completed": 1, "metrics": {"loss": NaN}}]}'
     r = client.post(url, data=raw, headers={**tauth, "Content-Type": "application/json"})
-    assert r.status_code == 400 and "not valid JSON" in r.json["error"]["message"]
+    assert r.status_code == 400 and "finite number" in r.json["error"]["message"]
+    assert r.json["error"]["path"] == "reports[0].metrics.loss"  # issue 37: named like elsewhere
     ok = {
         "group": "training",
         "steps_completed": 1,
@@ -479,8 +480,8 @@ def test_agents_listing_is_one_service_with_a_fixed_number_of_queries(
     """The API and the cluster page read one service; its statements do not grow per agent."""
     from sqlalchemy import event
 
-    from master.services.agent_listing import list_agents
-    from master.services.cluster_view import agents_overview
+    from master.services.agent.agent_listing import list_agents
+    from master.services.agent.cluster_view import agents_overview
 
     auth = login(client)
 

@@ -16,9 +16,9 @@ from master.migrate import alembic_config
 
 @pytest.mark.parametrize("backend", ["postgres", "sqlite"])
 def test_0010_moves_model_definitions_and_keeps_metrics(
-    backend: str, pg_url: str, tmp_path: Path
+    backend: str, empty_pg_url: str, tmp_path: Path
 ) -> None:
-    url = normalize_db_url(pg_url) if backend == "postgres" else f"sqlite:///{tmp_path}/m.db"
+    url = normalize_db_url(empty_pg_url) if backend == "postgres" else f"sqlite:///{tmp_path}/m.db"
     engine = create_engine(url)
     blob = os.urandom(2 * (1 << 20) + 123)  # three chunks
     cfg = alembic_config()

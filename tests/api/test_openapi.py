@@ -138,3 +138,31 @@ def test_every_route_docs_api_md_names_is_described() -> None:
         if not any(m == method and _matches(path, p) for m, p in described)
     }
     assert not phantoms, f"in docs/api.md but not routed: {phantoms}"
+
+
+def test_free_text_limits_are_the_masters_own() -> None:
+    """The description states the limits master/field_limits.py enforces, and every request
+    body's free-text field refers to them (issue 37)."""
+    from master import field_limits as fl
+
+    spec = build_spec()
+    schemas = spec["components"]["schemas"]
+    assert schemas["Description"]["maxLength"] == fl.MAX_DESCRIPTION
+    assert schemas["Notes"]["maxLength"] == fl.MAX_NOTES
+    assert schemas["Labels"]["maxItems"] == fl.MAX_LABELS
+    assert schemas["Labels"]["items"]["maxLength"] == fl.MAX_LABEL
+    refs = {"description": "Description", "comment": "Description", "notes": "Notes"}
+    refs["labels"] = "Labels"
+    seen = 0
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            body = (op.get("requestBody") or {}) if isinstance(op, dict) else {}
+            schema = body.get("content", {}).get("application/json", {}).get("schema", {})
+            for name, prop in (schema.get("properties") or {}).items():
+                if name in refs:
+                    seen += 1
+                    want = f"#/components/schemas/{refs[name]}"
+                    assert prop.get("$ref") == want, (method, path, name, prop)
+                if name == "password" and path != "/auth/login":  # a new password
+                    assert prop.get("maxLength") == fl.MAX_PASSWORD, (method, path)
+    assert seen >= 8

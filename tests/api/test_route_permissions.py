@@ -56,18 +56,22 @@ TABLE = [
       body=lambda w: {"username": "alice", "password": "alice-password"}),
     R("GET", "/me",                                                 "401 200 200 200 403 403 403"),
     R("GET", "/master/stats",                                       "401 200 200 200 403 403 403"),
+    R("GET", "/master",                                             "401 200 200 200 403 403 403"),
+    R("GET", "/master/config",                                      "401 403 403 200 403 403 403"),
+    R("GET", "/master/logs",                                        "401 403 403 200 403 403 403"),
     R("GET", "/users",                                              "401 200 200 200 403 403 403"),
     R("POST", "/users",                                             "401 403 403 201 403 403 403",
       body=lambda w: {"username": w.new_name(), "password": "password-1"}),
     R("PATCH", "/users/<username>",                                 "401 403 200 200 403 403 403",
-      url="/users/alice", body=lambda w: {"password": "alice-password"}),
+      url="/users/alice",
+      body=lambda w: {"password": "alice-password", "current_password": "alice-password"}),
     # Experiments: any user reads, the owner or an admin steers, trials only fetch their code.
     R("GET", "/experiments",                                        "401 200 200 200 403 403 403"),
     R("POST", "/experiments",                                       "401 201 201 201 403 403 403",
       body=lambda w: {"config": w.config}),
     R("POST", "/experiments/preview",                               "401 200 200 200 403 403 403",
       body=lambda w: {"config": w.config}),
-    R("GET", "/experiments/<int:exp_id>",                           "401 200 200 200 403 403 403",
+    R("GET", "/experiments/<int:exp_id>",                           "401 200 200 200 403 200 403",
       url="/experiments/{exp}"),
     R("PATCH", "/experiments/<int:exp_id>",                         "401 403 200 200 403 403 403",
       url="/experiments/{exp}", body=lambda w: {"description": "changed"}),
@@ -75,6 +79,9 @@ TABLE = [
       url="/experiments/{new_ended_exp}"),
     R("POST", "/experiments/<int:exp_id>/<action>",                 "401 403 200 200 403 403 403",
       url="/experiments/{new_exp}/pause"),
+    # Continue an ended single-trial experiment: its owner or an admin.
+    R("POST", "/experiments/<int:exp_id>/continue",                 "401 403 200 200 403 403 403",
+      url="/experiments/{new_ended_exp}/continue", body=lambda w: {}),
     R("GET", "/experiments/<int:exp_id>/trials",                    "401 200 200 200 403 403 403",
       url="/experiments/{exp}/trials"),
     R("GET", "/experiments/<int:exp_id>/config",                    "401 200 200 200 403 403 403",
@@ -85,11 +92,49 @@ TABLE = [
       url="/experiments/{exp}/checkpoint-gc"),
     R("GET", "/experiments/<int:exp_id>/checkpoint-usage",          "401 200 200 200 403 403 403",
       url="/experiments/{exp}/checkpoint-usage"),
+    R("DELETE", "/experiments/<int:exp_id>/tensorboard-files",      "401 403 200 200 403 403 403",
+      url="/experiments/{exp}/tensorboard-files"),
     R("PATCH", "/experiments/<int:exp_id>/gc-policy",               "401 403 200 200 403 403 403",
       url="/experiments/{exp}/gc-policy", body=lambda w: {"save_trial_latest": 1}),
     R("GET", "/job-queues",                                         "401 200 200 200 403 403 403"),
     R("PATCH", "/jobs/<job_id>",                                    "401 403 200 200 403 403 403",
       url="/jobs/{exp}", body=lambda w: {"priority": 40}),
+    # Tasks and commands: any user reads and runs commands; the owner or an admin kills one.
+    R("GET", "/tasks",                                              "401 200 200 200 403 403 403"),
+    R("GET", "/tasks/<task_id>",                                    "401 200 200 200 403 403 403",
+      url="/tasks/{cmd}"),
+    R("GET", "/tasks/<task_id>/logs",                               "401 200 200 200 403 403 403",
+      url="/tasks/{cmd}/logs"),
+    R("GET", "/commands",                                           "401 200 200 200 403 403 403"),
+    R("POST", "/commands",                                          "401 201 201 201 403 403 403",
+      body=lambda w: {"config": {"entrypoint": ["true"], "resources": {"slots": 0}}}),
+    R("GET", "/commands/<task_id>",                                 "401 200 200 200 403 403 403",
+      url="/commands/{cmd}"),
+    R("POST", "/commands/<task_id>/kill",                           "401 403 200 200 403 403 403",
+      url="/commands/{new_cmd}/kill"),
+    # Notebooks: as commands (their pages: only the owner or an admin, through the proxy).
+    R("GET", "/notebooks",                                          "401 200 200 200 403 403 403"),
+    R("POST", "/notebooks",                                         "401 201 201 201 403 403 403",
+      body=lambda w: {"config": {"resources": {"slots": 64}}}),
+    R("GET", "/notebooks/<task_id>",                                "401 200 200 200 403 403 403",
+      url="/notebooks/{nb}"),
+    R("POST", "/notebooks/<task_id>/kill",                          "401 403 200 200 403 403 403",
+      url="/notebooks/{new_nb}/kill"),
+    # TensorBoards: as notebooks.
+    R("GET", "/tensorboards",                                       "401 200 200 200 403 403 403"),
+    R("POST", "/tensorboards",                                      "401 201 201 201 403 403 403",
+      body=lambda w: {"experiment_ids": [w.exp], "config": {"resources": {"slots": 64}}}),
+    R("GET", "/tensorboards/<task_id>",                             "401 200 200 200 403 403 403",
+      url="/tensorboards/{tb}"),
+    R("POST", "/tensorboards/<task_id>/kill",                       "401 403 200 200 403 403 403",
+      url="/tensorboards/{new_tb}/kill"),
+    R("GET", "/shells",                                             "401 200 200 200 403 403 403"),
+    R("POST", "/shells",                                            "401 201 201 201 403 403 403",
+      body=lambda w: {"config": {"resources": {"slots": 64}}}),
+    R("GET", "/shells/<task_id>",                                   "401 200 200 200 403 403 403",
+      url="/shells/{shell}"),
+    R("POST", "/shells/<task_id>/kill",                             "401 403 200 200 403 403 403",
+      url="/shells/{new_shell}/kill"),
     # Trials: any user and the trial itself read; only the trial's own token writes.
     R("GET", "/trials/<int:trial_id>",                              "401 200 200 200 403 200 403",
       url="/trials/{trial}"),
@@ -135,6 +180,8 @@ TABLE = [
       url="/checkpoints?experiment_id={exp}"),  # o.trial: 200 with none of them
     R("GET", "/checkpoints/<uuid>",                                 "401 200 200 200 403 200 403",
       url="/checkpoints/{ckpt}"),
+    R("PATCH", "/checkpoints/<uuid>/metadata",                      "401 403 200 200 403 403 403",
+      url="/checkpoints/{ckpt}/metadata", body=lambda w: {"add": {"k": 1}}),
     R("GET", "/checkpoints/<uuid>/download",                        "401 200 200 200 403 200 403",
       url="/checkpoints/{ckpt}/download"),
     R("DELETE", "/checkpoints",                                     "401 403 200 200 403 403 403",
@@ -152,6 +199,17 @@ TABLE = [
       url="/agents/a1/allocations/{alloc}/logs"),
     R("POST", "/agents/<agent_id>/interruption",                    "401 403 403 403 200 403 403",
       url="/agents/a9/interruption"),
+    # The join token for an agent id's own credential (once); an admin resets a lost one.
+    R("POST", "/agents/<agent_id>/credential",                      "401 403 403 403 201 403 403",
+      url="/agents/{new_name}/credential"),
+    R("DELETE", "/agents/<agent_id>/credential",                    "401 403 403 200 403 403 403",
+      url="/agents/{new_credentialed_agent}/credential"),
+    # Which Unix user a user's trials run as: admins only.
+    R("PUT", "/users/<username>/agent-user-group",                  "401 403 403 200 403 403 403",
+      url="/users/alice/agent-user-group", body=lambda w: {
+          "agent_uid": 1001, "agent_gid": 1001, "agent_user": "alice", "agent_group": "lab"}),
+    R("DELETE", "/users/<username>/agent-user-group",               "401 403 403 200 403 403 403",
+      url="/users/alice/agent-user-group"),
     R("GET", "/provisioner/pools",                                  "401 200 200 200 403 403 403"),
     # Templates: shared by the lab, any user.
     R("GET", "/templates",                                          "401 200 200 200 403 403 403"),
@@ -159,7 +217,7 @@ TABLE = [
       url="/templates/{tpl}"),
     R("PUT", "/templates/<name>",                                   "401 201 201 201 403 403 403",
       url="/templates/{new_name}", body=lambda w: {"config": {"max_restarts": 1}}),
-    R("DELETE", "/templates/<name>",                                "401 200 200 200 403 403 403",
+    R("DELETE", "/templates/<name>",                                "401 403 200 200 403 403 403",
       url="/templates/{new_template}"),
     R("POST", "/templates/<name>/render",                           "401 200 200 200 403 403 403",
       url="/templates/{tpl}/render", body=lambda w: {"config": w.config}),
@@ -220,6 +278,10 @@ class World:
     ckpt: str = ""
     model: str = "m-owned"
     tpl: str = "t-shared"
+    cmd: str = ""
+    nb: str = ""
+    tb: str = ""
+    shell: str = ""
     counter: int = 0
 
     def new_name(self) -> str:
@@ -253,6 +315,35 @@ class World:
         )
         assert self.ok(r)["deleting"] == [uuid_]
         return uuid_
+
+    def new_credentialed_agent(self) -> str:
+        agent_id = self.new_name()
+        self.ok(self.client.post(f"/api/v1/agents/{agent_id}/credential", headers=AGENT), 201)
+        return agent_id
+
+    def new_cmd(self) -> str:
+        """A command of the owner's (queued: it asks for more slots than the world has)."""
+        body = {"config": {"entrypoint": ["true"], "resources": {"slots": 64}}}
+        r = self.client.post("/api/v1/commands", json=body, headers=self.tokens["owner"])
+        return self.ok(r, 201)["command"]["id"]
+
+    def new_nb(self) -> str:
+        """A notebook of the owner's (queued: it asks for more slots than the world has)."""
+        body = {"config": {"resources": {"slots": 64}}}
+        r = self.client.post("/api/v1/notebooks", json=body, headers=self.tokens["owner"])
+        return self.ok(r, 201)["notebook"]["id"]
+
+    def new_tb(self) -> str:
+        """A TensorBoard of the owner's (queued: it asks for more slots than the world has)."""
+        body = {"experiment_ids": [self.exp], "config": {"resources": {"slots": 64}}}
+        r = self.client.post("/api/v1/tensorboards", json=body, headers=self.tokens["owner"])
+        return self.ok(r, 201)["tensorboard"]["id"]
+
+    def new_shell(self) -> str:
+        """A shell of the owner's (queued: it asks for more slots than the world has)."""
+        body = {"config": {"resources": {"slots": 64}}}
+        r = self.client.post("/api/v1/shells", json=body, headers=self.tokens["owner"])
+        return self.ok(r, 201)["shell"]["id"]
 
     def new_exp(self) -> int:
         return submit(self.client, self.tokens["owner"], self.config)["experiment"]["id"]
@@ -359,6 +450,10 @@ def build_world(app: Flask, client: FlaskClient) -> World:
     )
     w.ok(r)
     w.ok(client.put(f"/api/v1/templates/{w.tpl}", json={"config": {}}, headers=w.tokens["owner"]))
+    w.cmd = w.new_cmd()
+    w.nb = w.new_nb()
+    w.tb = w.new_tb()
+    w.shell = w.new_shell()
     return w
 
 
@@ -400,4 +495,6 @@ def test_every_route_answers_each_kind_of_caller_as_the_table_says(
                     f"{row.method} {row.path} as {who}: {r.status_code}, expected {want} "
                     f"({error.get('message', '')[:120]})"
                 )
+        if row.path.endswith("/users/<username>"):  # a password change revoked alice's sessions
+            w.tokens["owner"] = login(client, "alice", "alice-password")
     assert not wrong, "\n" + "\n".join(wrong)

@@ -109,7 +109,7 @@ def test_a_restart_without_a_checkpoint_supersedes_everything(
 
 def test_long_chart_series_leave_superseded_rows_out(app: Flask, client: FlaskClient) -> None:
     """The web's PostgreSQL paths for long series (sampled, exact envelope, names) too."""
-    from master.services.chart_series import EXACT_ROWS, chart_metric_names, chart_series
+    from master.services.trial.chart_series import EXACT_ROWS, chart_metric_names, chart_series
 
     auth = login(client)
     submit(client, auth)

@@ -80,13 +80,14 @@ def bucket_keys(storage: dict[str, Any]) -> dict[str, int]:
 
 
 def uuids_in(storage: dict[str, Any]) -> set[str]:
-    """Checkpoint uuids that have at least one object in the bucket."""
+    """Checkpoint uuids that have at least one object in the bucket (the trials' TensorBoard
+    files, under `tensorboard/`, are not checkpoints)."""
     prefix = (storage.get("prefix") or "").strip("/")
     out = set()
     for key in bucket_keys(storage):
         rest = key[len(prefix) + 1 :] if prefix else key
         out.add(rest.split("/", 1)[0])
-    return out
+    return out - {"tensorboard"}
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -82,13 +83,13 @@ def test_create_overrides_test_mode_and_warnings(cluster: Cluster) -> None:
         "environment": {"proxy_ports": [{"proxy_port": 8080}]},
     }
     cfg = write(cluster, "forms.yaml", config)
-    test = cluster.det("experiment", "create", "--test", cfg, str(SCRIPTS))
+    test = cluster.det("experiment", "create", "--validate-only", cfg, str(SCRIPTS))
     assert "valid (nothing was created)" in test.stdout
     for key in ("slurm", "profiling", "environment.proxy_ports"):
         assert f"warning: {key} is accepted but not honoured" in test.stderr
     assert cluster.det_json("experiment", "list", "--all") == []
     bad = write(cluster, "bad.yaml", {**config, "max_restarts": -1})
-    r = cluster.det("experiment", "create", "--test", bad, str(SCRIPTS), check=False)
+    r = cluster.det("experiment", "create", "--validate-only", bad, str(SCRIPTS), check=False)
     assert r.returncode == 1 and "max_restarts" in r.stderr
 
     out = cluster.det(
@@ -120,10 +121,12 @@ def test_create_overrides_test_mode_and_warnings(cluster: Cluster) -> None:
     described = cluster.det("checkpoint", "describe", one["uuid"]).stdout
     assert re.search(r"^Steps:\s+4$", described, re.M), described
 
-    # The model definition comes back.
-    dest = cluster.tmp / "downloaded"
-    cluster.det("experiment", "download", str(exp_id), "-o", str(dest))
-    assert (dest / "core_script.py").read_text() == (SCRIPTS / "core_script.py").read_text()
+    # The model definition comes back (Determined's download-model-def: a .tgz).
+    cluster.det("experiment", "download-model-def", str(exp_id), "--output-dir", str(cluster.tmp))
+    with tarfile.open(cluster.tmp / f"experiment_{exp_id}_model_def.tgz") as tar:
+        member = tar.extractfile("core_script.py")
+        assert member is not None
+        assert member.read().decode() == (SCRIPTS / "core_script.py").read_text()
 
 
 def test_set_label_and_master_after_the_noun(cluster: Cluster) -> None:
@@ -167,5 +170,5 @@ def test_set_label_and_master_after_the_noun(cluster: Cluster) -> None:
 def test_download_of_an_experiment_without_files_is_refused(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    r = cluster.det("experiment", "download", "999", "-o", str(tmp_path / "x"), check=False)
+    r = cluster.det("e", "download-model-def", "999", "--output-dir", str(tmp_path), check=False)
     assert r.returncode == 1 and "999" in r.stderr

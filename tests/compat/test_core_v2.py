@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import requests
 
 from tests.cluster import Cluster, wait_for
 from tests.compat._util import SCRIPTS, config, run
@@ -70,11 +69,8 @@ def test_unmanaged_run_that_raises_ends_error_and_shows_running_while_it_runs(
 def test_an_unmanaged_trial_is_never_scheduled_and_shows_running(cluster: Cluster) -> None:
     # Created as the SDK does, with an agent free: the master must not start it anywhere.
     text = "name: u\nunmanaged: true\nsearcher: {name: single, metric: loss}\n"
-    r = requests.post(
-        cluster.url + "/api/v1/experiments",
-        files={"config": (None, text, "application/yaml")},
-        headers={"Authorization": f"Bearer {cluster.token}"},
-        timeout=30,
+    r = cluster.request(
+        "POST", "/experiments", files={"config": (None, text, "application/yaml")}, timeout=30
     )
     assert r.status_code == 201, r.text
     exp_id = r.json()["experiment"]["id"]
@@ -107,3 +103,41 @@ def test_the_same_core_v2_script_runs_managed_on_the_cluster(cluster: Cluster) -
     assert trial["hparams"] == {"lr": 0.1}  # the experiment's config wins over the defaults
     assert trial["best_validation"] == pytest.approx(1 / 64)
     assert len(cluster.get("/experiments")["experiments"]) == 1  # no unmanaged one was made
+
+
+@pytest.mark.parametrize("mode", ["singleton", "context", "fail"])
+def test_core_v2_config_init_context_and_web_page(
+    cluster_factory, tmp_path: Path, mode: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Determined 0.38's `Config` (not the deprecated defaults/unmanaged pair), `init_context`,
+    a directory as checkpoint storage, `info._trial_info` and the experiment's web page."""
+    cluster = cluster_factory()
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "core_v2_config_script.py")],
+        env={**cluster.env(), "CKPT_DIR": str(cluster.ckpt_dir), "MODE": mode},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    exp = only_experiment(cluster)
+    d = cluster.experiment(exp["id"])
+    (trial,) = d["trials"]
+    assert f"experiment {exp['id']} hparams {{'lr': 0.25}}" in proc.stdout, proc.stderr
+    if mode == "fail":
+        assert proc.returncode == 1 and "ValueError: oops" in proc.stderr
+        assert trial["state"] == "ERROR", cluster.diagnose(exp["id"])
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp["id"])
+    assert d["experiment"]["name"] == f"config-{mode}" and d["experiment"]["labels"] == [
+        "unmanaged"
+    ]
+    train = cluster.get(f"/trials/{trial['id']}/metrics", group="training")["metrics"]
+    assert [m["steps_completed"] for m in train] == [0, 1, 2, 3]
+    (ckpt,) = cluster.get(f"/trials/{trial['id']}/checkpoints")["checkpoints"]
+    assert (Path(str(cluster.ckpt_dir)) / ckpt["uuid"] / "state").read_text() == "3"
+    cfg = cluster.get(f"/experiments/{exp['id']}/config")["config"]
+    assert cfg["checkpoint_storage"]["host_path"] == str(cluster.ckpt_dir)
+    if mode == "singleton":
+        assert f"web page: {cluster.url}/experiments/{exp['id']}" in proc.stdout

@@ -37,7 +37,7 @@ def test_sdk_creates_waits_reads_metrics_and_downloads_checkpoints(
     top = exp.top_checkpoint()
     assert top.trial_id == trial.id and top.steps_completed == 6
     path = top.download(str(tmp_path / "ckpt"))
-    assert json.loads((Path(path) / "state.json").read_text()) == {"steps": 6}
+    assert json.loads((Path(path) / "state.json").read_text())["steps"] == 6
     again = client.get_checkpoint(top.uuid)
     assert again.metadata["steps_completed"] == 6
     assert [e.id for e in client.list_experiments(name="sdk")] == [exp.id]

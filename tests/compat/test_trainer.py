@@ -4,6 +4,8 @@ MetricReducer and a PyTorchCallback, pause and resume from the checkpoint."""
 from __future__ import annotations
 
 import pytest
+from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
 
 from tests.cluster import Cluster
 from tests.compat._util import SCRIPTS, config, run
@@ -45,6 +47,14 @@ def test_trainer_fit_with_epoch_and_batch_lengths(cluster: Cluster) -> None:
     assert sorted(c["steps_completed"] for c in ckpts) == [4, 8, 12, 16]  # Batch(4)
     logs = "\n".join(cluster.logs(trial["id"]))
     assert "callback: validation 2 ended" in logs
+    # The Trainer wrote its metrics as TensorBoard events into checkpoint storage.
+    tb_dir = cluster.ckpt_dir / f"tensorboard/experiment/{exp['id']}/trial/{trial['id']}"
+    acc = EventAccumulator(str(tb_dir))
+    acc.Reload()
+    events = acc.Tensors("Determined/validation_loss")
+    assert [e.step for e in events] == [8, 16]
+    got = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in events]
+    assert got == pytest.approx([v["metrics"]["validation_loss"] for v in vals], rel=1e-6)
 
 
 def test_trainer_pause_and_resume_from_checkpoint(cluster: Cluster) -> None:

@@ -76,3 +76,14 @@ def dcluster(cluster_factory, docker_agent: str) -> Cluster:  # type: ignore[no-
     c.start_agent(docker_agent, 1, *DOCKER_AGENT_ARGS)
     c.docker_agent = docker_agent  # type: ignore[attr-defined]
     return c
+
+
+@pytest.fixture(scope="session")
+def default_image(docker_image: str) -> str:
+    """The default cpu image (scripts/build-images; scripts/docker-setup builds it)."""
+    from agent.images import DEFAULT_IMAGES
+
+    image = DEFAULT_IMAGES["cpu"]
+    if not image_exists(image):
+        pytest.fail(f"the default image {image} is not built (run scripts/docker-setup)")
+    return image

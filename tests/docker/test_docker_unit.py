@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agent.identity import TaskIdentity
 from agent.main import make_runtime, parse_args
 from agent.runtime import RuntimeContext
 from agent.runtime.docker import (
@@ -26,6 +27,7 @@ from agent.runtime.docker import (
     parse_ts,
 )
 from agent.runtime.process import ProcessRuntime
+from detlab.protocol import StartSpec
 
 
 class _FakeAPI:
@@ -61,7 +63,7 @@ def ctx(tmp_path: Path, slots: list[dict] | None = None, shipper: Any = None) ->
     )
 
 
-def spec(**over: Any) -> dict[str, Any]:
+def spec(**over: Any) -> StartSpec:
     base = {
         "allocation_id": "alloc-1",
         "trial_id": 7,
@@ -74,7 +76,7 @@ def spec(**over: Any) -> dict[str, Any]:
         "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/detlab-ckpt-unit"},
     }
     base.update(over)
-    return base
+    return StartSpec.parse(base)
 
 
 def test_cpu_container_spec(tmp_path: Path) -> None:
@@ -95,6 +97,16 @@ def test_cpu_container_spec(tmp_path: Path) -> None:
     assert mounts[LIB_DIR]["ReadOnly"] is True
     assert mounts["/tmp/detlab-ckpt-unit"]["Source"] == "/tmp/detlab-ckpt-unit"  # same path
     assert mounts["/mnt/d"]["Source"] == "/data" and mounts["/mnt/d"]["ReadOnly"] is True
+
+
+def test_a_container_runs_as_its_users_identity(tmp_path: Path) -> None:
+    rt = DockerRuntime(ctx(tmp_path), client=FakeClient())
+    ident = TaskIdentity(2_000_000_003, 2_000_000_003, None, None)
+    kw = rt.create_kwargs(spec(), "img:1", ["HOME=/root"], ident)
+    assert kw["user"] == "2000000003:2000000003"
+    assert kw["entrypoint"][2].startswith("umask 077; ")
+    assert kw["environment"]["HOME"] == WORKDIR
+    assert "user" not in rt.create_kwargs(spec(), "img:1")
 
 
 def test_gpu_container_gets_only_its_gpus(tmp_path: Path) -> None:
@@ -254,8 +266,10 @@ def test_auto_falls_back_to_process_and_says_why(
         rt = make_runtime("auto", c)
     try:
         assert isinstance(rt, ProcessRuntime)
-        assert "Docker engine does not answer" in caplog.text
-        assert "using the process runtime" in caplog.text
+        assert "runtime process (--runtime auto and the Docker engine does not answer" in (
+            caplog.text
+        )
+        assert "trials run as local processes" in caplog.text
     finally:
         rt.shutdown(timeout=1)
     with pytest.raises(DockerUnavailable, match="does not answer"):
@@ -271,3 +285,81 @@ def test_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert args.runtime == "docker" and args.container_master_url == "http://h:1"
     monkeypatch.setenv("DET_AGENT_RUNTIME", "process")
     assert parse_args([]).runtime == "process"
+
+
+def test_a_new_request_of_the_log_skips_what_was_taken() -> None:
+    """Each request of a container's log starts 1 ms before the position (since_param): the
+    frames of that millisecond come again and must not be emitted twice (they were: the last
+    line of every Docker trial came out twice)."""
+    f = FrameFilter(LogPos())
+    assert all(f.accept(ns) for ns in (10, 20, 20))
+    again = f.resumed()
+    assert [again.accept(ns) for ns in (19, 20, 20, 20, 21)] == [False, False, False, True, True]
+    assert (again.cur.ns, again.cur.count) == (21, 1)
+
+
+def test_short_reads_neither_end_the_stream_nor_cut_a_frame() -> None:
+    from agent.runtime.docker._pipeline import read_exactly
+
+    class Trickle:  # returns at most 3 bytes a read, like a chunked response can
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def read(self, n: int) -> bytes:
+            out, self.data = self.data[: min(n, 3)], self.data[min(n, 3) :]
+            return out
+
+    raw = Trickle(b"0123456789abc")
+    assert read_exactly(raw, 8) == b"01234567"
+    assert read_exactly(raw, 8) == b"89abc"  # the end: what is left
+    assert read_exactly(raw, 8) == b""
+
+
+def test_an_owned_work_dir_is_put_at_its_parent_with_the_model_inside() -> None:
+    """The work dir entry itself must be in the archive (put at WORKDIR's parent): Docker keeps
+    the owner of an existing directory that a "." entry names, and had made it root's."""
+    import io
+
+    from agent.runtime.docker._common import owned_workdir_tar
+
+    src = io.BytesIO()
+    with tarfile.open(fileobj=src, mode="w") as t:
+        for name, data in ((".", None), ("./train.py", b"print(1)\n")):
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                t.addfile(info)
+            else:
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("./same.py")
+        link.type, link.linkname = tarfile.LNKTYPE, "./train.py"
+        t.addfile(link)
+    out = owned_workdir_tar(src.getvalue(), 1234, 4321)
+    with tarfile.open(fileobj=io.BytesIO(out)) as t:
+        members = {m.name: m for m in t.getmembers()}
+        assert list(members) == ["workdir", "workdir/train.py", "workdir/same.py"]
+        top = members["workdir"]
+        assert top.isdir() and (top.uid, top.gid, top.mode) == (1234, 4321, 0o700)
+        assert all((m.uid, m.gid) == (1234, 4321) for m in members.values())
+        assert members["workdir/same.py"].linkname == "workdir/train.py"
+        f = t.extractfile("workdir/train.py")
+        assert f is not None and f.read() == b"print(1)\n"
+    assert WORKDIR.endswith("/workdir")
+    empty = owned_workdir_tar(None, 5, 6)
+    with tarfile.open(fileobj=io.BytesIO(empty)) as t:
+        assert [m.name for m in t.getmembers()] == ["workdir"]
+
+
+@pytest.mark.parametrize("network", ["host", "bridge"])
+def test_a_proxied_task_gets_a_port_the_master_reaches(tmp_path: Path, network: str) -> None:
+    """A notebook's or shell's port: the host's own on the host network, else published on the
+    host under the same number, so the master's proxy reaches it at the agent's address."""
+    rt = DockerRuntime(ctx(tmp_path), DockerOptions(network=network), client=FakeClient())
+    kw = rt.create_kwargs(spec(proxy=True), "img:1")
+    port = rt._serve_port(kw)
+    assert 0 < port < 65536 and kw["environment"]["DET_TASK_PORT"] == str(port)
+    if network == "host":
+        assert "ports" not in kw
+    else:
+        assert kw["ports"] == {f"{port}/tcp": port}

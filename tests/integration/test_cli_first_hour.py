@@ -167,27 +167,24 @@ def test_ctrl_c_while_following_leaves_the_experiment_running(
     cluster.post(f"/experiments/{exp_id}/kill")
 
 
-def test_an_agent_whose_token_is_refused_says_so_and_backs_off(cluster: Cluster) -> None:
-    """The master restarted with another agent token: the agent's log speaks of tokens, not of
-    `det user login`, and does not repeat itself every second."""
+def test_an_agent_whose_credential_is_refused_says_so_and_backs_off(cluster: Cluster) -> None:
+    """An admin reset the agent's credential: the agent's log speaks of credentials and the
+    agent token, not of `det user login`, and does not repeat itself every second."""
     wait_for(
         lambda: "registered with the master" in cluster.read_log("agent-1"),
         60,
         what="the agent's first poll reply",
     )
-    cluster.stop_master()
-    env = cluster.env
-    cluster.env = lambda: {**env(), "DET_AGENT_TOKEN": "another-token"}  # type: ignore[method-assign]
-    cluster.start_master()
+    cluster.det("agent", "reset-credential", "agent-1")
     wait_for(
-        lambda: "refused this agent's token" in cluster.read_log("agent-1"),
+        lambda: "refused this agent's credential" in cluster.read_log("agent-1"),
         90,
         what="the agent's refusal line",
     )
     log = cluster.read_log("agent-1")
     assert "det user login" not in log
-    assert "DET_AGENT_TOKEN" in log and "agent_token" in log
-    assert log.count("refused this agent's token") == 1, "once a minute at most"
+    assert "DET_AGENT_TOKEN" in log and "reset-credential" in log
+    assert log.count("refused this agent's credential") == 1, "once a minute at most"
 
 
 def test_moving_a_job_ahead_says_its_priority_changed(cluster: Cluster, tmp_path: Path) -> None:

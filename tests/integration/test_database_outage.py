@@ -12,7 +12,14 @@ import pytest
 import requests
 
 from bench._tcpproxy import TcpProxy
-from tests.cluster import Cluster, create_pg_database, drop_pg_database, wait_for
+from tests.cluster import (
+    Cluster,
+    cluster_dir,
+    create_pg_database,
+    drop_pg_database,
+    release_cluster_dir,
+    wait_for,
+)
 from tests.fixtures.scripted_config import make_config
 from tests.integration.test_foundation import only_trial, submit
 
@@ -24,7 +31,9 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Cluster, TcpProxy]]:
     url = create_pg_database()
     proxy = TcpProxy(("127.0.0.1", 5432)).start()
     host = url.split("@", 1)[1].split("/", 1)[0]
-    cluster = Cluster(tmp_path, url.replace(host, f"127.0.0.1:{proxy.port}"))
+    # A directory its trial, running as another Unix user, can reach (tests/cluster.py).
+    where = cluster_dir(tmp_path, "cluster")
+    cluster = Cluster(where, url.replace(host, f"127.0.0.1:{proxy.port}"))
     try:
         cluster.start_master()
         cluster.start_agent("agent-1", slots=1)
@@ -33,6 +42,7 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Cluster, TcpProxy]]:
         cluster.stop()
         proxy.stop()
         drop_pg_database(url)
+        release_cluster_dir(tmp_path, "cluster")
 
 
 def test_a_database_outage_costs_no_500_and_no_restart(

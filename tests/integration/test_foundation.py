@@ -31,7 +31,11 @@ def only_trial(cluster: Cluster, exp_id: int) -> dict:
     return trials[0]
 
 
-def test_experiment_trains_to_completion_with_metrics_logs_and_checkpoint(cluster: Cluster) -> None:
+def test_experiment_trains_to_completion_with_metrics_logs_and_checkpoint(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    # On an empty database, as on a first start: the master runs every migration itself (the
+    # other tests start on a copy of the migrated template, tests/pgtemplate.py).
+    cluster = cluster_factory(migrated=False)
+    cluster.start_agent("agent-1", slots=1)
     config = make_config(
         cluster.ckpt_dir, batches=30, hparams={"log_lines": 3, "checkpoint_every": 10}
     )

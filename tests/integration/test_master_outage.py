@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 def _ckpt_dirs(cluster: Cluster) -> set[str]:
     if not cluster.ckpt_dir.exists():
         return set()
-    return {p.name for p in cluster.ckpt_dir.iterdir() if p.is_dir()}
+    # Checkpoints only: the trials' TensorBoard files live in `tensorboard/` beside them.
+    return {p.name for p in cluster.ckpt_dir.iterdir() if p.is_dir() and p.name != "tensorboard"}
 
 
 def test_master_kill_9_costs_no_restart_and_no_duplicate(cluster: Cluster) -> None:

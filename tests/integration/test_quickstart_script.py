@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster import ROOT, free_port
+from tests.cluster import ROOT, cluster_dir, free_port, release_cluster_dir
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,9 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
         env.pop(key, None)
     env.update(
         DET_PORT=str(free_port()),
-        DET_QUICKSTART_DIR=str(tmp_path / "qs"),
+        # Run as root, the quick start's agent runs the trial as another Unix user, which must
+        # reach its directories: not under pytest's 0700 tmp_path (tests/cluster.py).
+        DET_QUICKSTART_DIR=str(cluster_dir(tmp_path, "qs")),
         DET_CONFIG_DIR=str(tmp_path / "cli"),
     )
     try:
@@ -37,7 +39,7 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
         assert "COMPLETED" in out
         assert "latest checkpoint" in out
         assert re.search(r"web page: http://\S+/experiments/\d+", out)
-        assert "Stop: scripts/quickstart stop" in out
+        assert re.search(r"^  scripts/quickstart stop +# ", out, re.M), out[-3000:]
         assert (tmp_path / "qs" / "detlab.sqlite").exists(), "the embedded database was used"
         # progress, no password on the terminal, one agent token file (the master's)
         assert "[1/5]" in out and "[5/5]" in out
@@ -46,6 +48,22 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
         assert (tmp_path / "qs" / "agent_token").exists()
         assert not (tmp_path / "qs" / "agent-token").exists()
         assert "source .venv/bin/activate" in out
+        # The next steps are copyable whole: every line is a command, its words after `#` a
+        # comment; two of them run as pasted.
+        steps = out.split("Next steps:", 1)[1].splitlines()[1:]
+        steps = [line.strip() for line in steps if line.startswith("  ")]
+        assert len(steps) >= 10, out[-3000:]
+        for line in steps:
+            assert " # " in line, line
+            assert subprocess.run(["bash", "-n", "-c", line]).returncode == 0, line
+        path_env = {**env, "PATH": f"{ROOT / '.venv' / 'bin'}:{env['PATH']}"}
+        paste = "\n".join(
+            line for line in steps if line.startswith(("export DET_MASTER", "det experiment list"))
+        )
+        pasted = subprocess.run(
+            ["bash", "-c", paste], cwd=ROOT, env=path_env, capture_output=True, text=True
+        )
+        assert pasted.returncode == 0 and "digits" in pasted.stdout, (paste, pasted)
         status = subprocess.run(
             ["bash", "scripts/quickstart", "status"],
             cwd=ROOT,
@@ -68,3 +86,4 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
     assert stop.returncode == 0 and "stopped" in stop.stdout
     assert not (tmp_path / "qs" / "master.pid").exists()
     assert not (tmp_path / "qs" / "agent.pid").exists()
+    release_cluster_dir(tmp_path, "qs")

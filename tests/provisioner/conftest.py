@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from detlab.protocol import PROTOCOL_VERSION
-from tests.cluster import BIN, Cluster, free_port, wait_for
+from tests.cluster import BIN, Cluster, call_master, free_port, wait_for
 from tests.provisioner.fake_gce import FakeComputeEngine
 
 
@@ -193,7 +193,8 @@ def pools(cluster: Cluster) -> dict[str, dict]:
 
 
 def poll_with(cluster: Cluster, agent_id: str, token: str) -> int:
-    r = requests.post(
+    r = call_master(
+        "POST",
         f"{cluster.url}/api/v1/agents/{agent_id}/poll",
         json={"protocol": PROTOCOL_VERSION, "slots": [], "wait": 0, "resource_pool": "gpu"},
         headers={"Authorization": f"Bearer {token}"},

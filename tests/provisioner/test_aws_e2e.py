@@ -100,13 +100,25 @@ def test_pending_trial_launches_instance_which_runs_it_and_is_reaped_when_idle(
     trial_id = only_trial(cluster, exp)["id"]
     assert any(inst["InstanceId"] in line for line in cluster.logs(trial_id))
 
-    # Idle for max_idle_agent_period (4 s): terminated, its token revoked.
+    # The agent exchanged its join token for a credential of its own (agent/credential.py).
+    cred_file = (
+        cluster.tmp / f"data-{inst['InstanceId']}" / f"agent-{inst['InstanceId']}.credential"
+    )
+    credential = cred_file.read_text().strip()
+    assert poll_with(cluster, inst["InstanceId"], credential) == 200
+
+    # Idle for max_idle_agent_period (4 s): terminated, its token and credential revoked.
     wait_for(lambda: not live(ec2), 60, what="idle instance terminated")
     row = wait_for(lambda: pools(cluster)["gpu"]["recent"], 20, what="instance TERMINATED")[0]
     assert row["state"] == "TERMINATED" and row["cloud_id"] == inst["InstanceId"]
     assert row["state_reason"] == "terminated (idle for 4s)"
     assert pools(cluster)["gpu"]["instances"] == []
     wait_for(lambda: poll_with(cluster, inst["InstanceId"], token) == 401, 20, what="revoked")
+    wait_for(
+        lambda: poll_with(cluster, inst["InstanceId"], credential) == 401,
+        20,
+        what="the instance's agent credential revoked",
+    )
     out = cluster.det("agent", "list").stdout
     assert inst["InstanceId"] in out
 

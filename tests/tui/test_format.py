@@ -25,7 +25,7 @@ from tui.screens.cluster import slot_rows
 from tui.screens.experiment import pick_metric
 from tui.widgets.chart import Series, render_chart
 from tui.widgets.header import Summary, header_text
-from tui.widgets.table import Column, Row, RowCache, column_widths
+from tui.widgets.table import Column, Row, RowCache, column_widths, fit_widths
 
 from .helpers import fake_app, sync, wait_until
 
@@ -151,10 +151,17 @@ def test_row_cache_reuses_unchanged_rows() -> None:
     cache.finish()
     cache.finish()
     assert cache.get("1", ("x",)) is None  # not seen in a build: dropped
-    widths = column_widths(
-        [Column("a", "A", max_width=5), Column("b", "B", width=3)], [Row("1", ["abcdefgh", "x"])]
-    )
-    assert widths == [5, 3]
+
+
+def test_columns_sized_to_content_when_the_screen_has_room() -> None:
+    cols = [Column("a", "A", max_width=5), Column("b", "B", width=3), Column("c", "C", max_width=4)]
+    wanted = column_widths(cols, [Row("1", ["abcdefgh", "x", "0123456789"])])
+    assert wanted == [8, 3, 10]  # the content, not capped
+    # a row is 1 mark cell + each column and a space after it
+    assert fit_widths(cols, wanted, 200) == [8, 3, 10]  # room for everything
+    assert fit_widths(cols, wanted, 1 + 5 + 3 + 4 + 3) == [5, 3, 4]  # no room: the caps
+    assert fit_widths(cols, wanted, 1 + 5 + 3 + 4 + 3 + 4) == [8, 3, 5]  # left to right
+    assert fit_widths(cols, wanted, 0) == [5, 3, 4]  # not laid out yet
 
 
 class DownClient(FakeClient):
@@ -189,3 +196,13 @@ def test_views_never_import_the_app_nor_read_private_attributes() -> None:
             assert "tui.app" not in text, path
         assert not re.search(r"\b(?!self\b)\w+\._[a-z]\w*", text), path
         assert not re.search(r"getattr\([\w.]+, \"_", text), path
+
+
+def test_trial_rung_from_the_experiments_rung_lengths() -> None:
+    from harness.api import trial_rung
+
+    lengths = [111, 333, 1000]
+    assert [trial_rung({"searcher_target": n}, lengths) for n in (111, 333, 1000)] == [1, 2, 3]
+    assert trial_rung({"searcher_target": 500}, lengths) is None  # not a rung length
+    assert trial_rung({"searcher_target": 1000}, [1000]) is None  # one length: no rungs
+    assert trial_rung({}, lengths) is None

@@ -124,7 +124,7 @@ async def test_trials_waiting_for_promotion_and_latest_metric() -> None:
         rows = {r.key: r for r in app.screen.query_one(ResourceTable).rows}
         assert rows["203"].cells[1].plain == "waiting for promotion"
         assert rows["204"].cells[1].plain == "QUEUED"
-        latest = rows["201"].cells[5]
+        latest = rows["201"].cells[6]
         assert latest == "0.5000", latest  # validation_loss of {"validation_loss": 0.5, ...}
         await pilot.press("colon", *"trial 201", "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, TrialScreen))

@@ -467,3 +467,23 @@ async def test_asha_trials_waiting_for_promotion_say_so(cluster: Cluster, tmp_pa
             "the trial header",
         )
     cluster.post(f"/experiments/{exp}/kill")
+
+
+@sync
+async def test_an_action_toast_shows_once(cluster: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from textual.widgets._toast import Toast as ToastWidget
+
+    exp = submit(cluster, tmp_path, "tui-toast")
+    running_trial(cluster, exp)
+    app = DetTUI(client(cluster), start=("exp", exp), interval=0.5)
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await settle(pilot, 30)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: app.toast_log, 30, "the pause toast")
+        await wait_until(pilot, lambda: app.screen.query(ToastWidget), 30, "the toast shown")
+        # refreshes, the master's answer and the view's redraws come and go: still one toast
+        await pilot.pause(2.0)
+        shown = [t._notification.message for t in app.screen.query(ToastWidget)]
+        assert app.toast_log == [(f"paused experiment {exp}", False)], app.toast_log
+        assert shown == [f"paused experiment {exp}"], shown
+    cluster.post(f"/experiments/{exp}/kill")

@@ -26,6 +26,7 @@ SIZE = (140, 36)
         ("exp", 1),
         ("trial", 101),
         ("logs", 101),
+        ("tasks", None),
     ],
 )
 def test_view(snap_compare, view: str, ident: int | None) -> None:  # type: ignore[no-untyped-def]
@@ -49,3 +50,18 @@ def test_help(snap_compare) -> None:  # type: ignore[no-untyped-def]
 def test_readonly_queue(snap_compare) -> None:  # type: ignore[no-untyped-def]
     app = fake_app(("queue", None), readonly=True)
     assert snap_compare(app, terminal_size=SIZE, run_before=settle)
+
+
+@pytest.mark.parametrize("size", [(200, 50), (120, 35)])
+@pytest.mark.parametrize(("key", "typed"), [("colon", "exp 12"), ("slash", "mnist")])
+def test_prompt_shows_typed_text(snap_compare, key: str, typed: str, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    """The `:` and `/` prompt lines show what is typed (the one-row input was all border once:
+    Textual's `Input:focus` border won over the prompt's own style)."""
+
+    async def type_in_prompt(pilot) -> None:  # type: ignore[no-untyped-def]
+        await settle(pilot)
+        await pilot.press(key, *typed)
+        await pilot.pause()
+
+    app = fake_app(("exps", None))
+    assert snap_compare(app, terminal_size=size, run_before=type_in_prompt)

@@ -271,7 +271,7 @@ def test_command_line() -> None:
 def test_app_is_importable_without_a_master() -> None:
     from tui.app import MODE_SCREENS
 
-    assert MODE_SCREENS.keys() == {"cluster", "queue", "experiments", "models"}
+    assert MODE_SCREENS.keys() == {"cluster", "queue", "experiments", "models", "tasks"}
     assert DetTUI.__name__ == "DetTUI"
 
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.runtime import EXITED
 from agent.runtime.process import ProcessRuntime
+from detlab.protocol import ReportedState, StartSpec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,27 +48,31 @@ def make_tarball(path: Path, files: dict[str, str | bytes]) -> Path:
     return path
 
 
-def spec(aid: str, entrypoint: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "allocation_id": aid,
-        "trial_id": 7,
-        "experiment_id": 3,
-        "entrypoint": entrypoint,
-        "slot_indexes": [0],
-        "env": {"DET_TRIAL_ID": "7", "DET_EXPERIMENT_ID": "3", "DET_ALLOCATION_ID": aid},
-        **extra,
-    }
+def spec(aid: str, entrypoint: Any, **extra: Any) -> StartSpec:
+    """A start spec as the agent receives it (parsed from the master's JSON)."""
+    return StartSpec.parse(
+        {
+            "allocation_id": aid,
+            "trial_id": 7,
+            "experiment_id": 3,
+            "entrypoint": entrypoint,
+            "slot_indexes": [0],
+            "env": {"DET_TRIAL_ID": "7", "DET_EXPERIMENT_ID": "3", "DET_ALLOCATION_ID": aid},
+            **extra,
+        }
+    )
 
 
 def state(rt: ProcessRuntime, aid: str) -> dict[str, Any]:
-    return next(a for a in rt.states() if a["id"] == aid)
+    """The allocation's report in the poll's JSON form."""
+    return next(a for a in rt.states() if a.id == aid).to_json()
 
 
 def wait_exited(rt: ProcessRuntime, aid: str, timeout: float = 60.0) -> dict[str, Any]:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         st = state(rt, aid)
-        if st["state"] == EXITED:
+        if st["state"] == ReportedState.EXITED:
             return st
         time.sleep(0.02)
     raise AssertionError(f"{aid} did not exit: {state(rt, aid)}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -30,6 +31,7 @@ from harness.api import Session
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "agent-token"
+CRED = "detagent-the-agents-own"
 
 Decide = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
@@ -58,7 +60,7 @@ class FakeMaster:
                 self.wfile.write(data)
 
             def _authorized(self) -> bool:
-                if self.headers.get("Authorization") == f"Bearer {TOKEN}":
+                if self.headers.get("Authorization") in (f"Bearer {TOKEN}", f"Bearer {CRED}"):
                     return True
                 self._reply(401, {"error": {"code": "unauthenticated", "message": "bad token"}})
                 return False
@@ -81,6 +83,9 @@ class FakeMaster:
                 if not self._authorized():
                     return
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.endswith("/credential"):  # the join token for the agent's own
+                    self._reply(201, {"agent_id": self.path.split("/")[-2], "credential": CRED})
+                    return
                 if self.path.endswith("/logs"):
                     with master.lock:
                         master.logs.extend(body["logs"])
@@ -140,6 +145,9 @@ def tarball(files: dict[str, str]) -> bytes:
 TRAIN = "import os, time\nprint('hello from', os.environ['DET_ALLOCATION_ID'], flush=True)\n" + (
     "time.sleep(60)\n"
 )
+MODEL = tarball({"train.py": TRAIN})
+# The master always sends the sha256; the agent caches only what it can verify.
+MODEL_SHA = hashlib.sha256(MODEL).hexdigest()
 
 
 def start_action(aid: str, **extra: Any) -> dict[str, Any]:
@@ -152,7 +160,7 @@ def start_action(aid: str, **extra: Any) -> dict[str, Any]:
         "env": {"DET_ALLOCATION_ID": aid, "DET_SESSION_TOKEN": "s"},
         "environment": {"environment_variables": {}},
         "model_def_url": "/api/v1/experiments/3/model_def",
-        "model_def_sha256": "",
+        "model_def_sha256": MODEL_SHA,
         **extra,
     }
     return {"type": "start", "spec": spec}
@@ -206,7 +214,7 @@ def test_poll_loop_start_then_kill(tmp_path: Path, fake_master: Callable[..., Fa
     holder: list[FakeMaster] = []
     master = fake_master(
         StartThenKill(lambda: holder[0], starts),
-        {"/api/v1/experiments/3/model_def": tarball({"train.py": TRAIN})},
+        {"/api/v1/experiments/3/model_def": MODEL},
     )
     holder.append(master)
 
@@ -272,7 +280,9 @@ def _agent_cmd(master: FakeMaster, data_dir: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "agent.main", "--master", master.url, "--agent-id", "cli-agent",
         "--slots", "1", "--poll-wait", "1", "--kill-grace", "3", "--data-dir", str(data_dir),
-        "--runtime", "process", *extra,
+        "--runtime", "process",
+        # As this machine's test user: trials here need not be isolated from each other.
+        "--shared-unisolated", *extra,
     ]  # fmt: skip
 
 
@@ -334,7 +344,7 @@ def test_det_agent_rejected_token_exits_2(
         _agent_cmd(master, tmp_path), env=env, capture_output=True, text=True, timeout=20, cwd=REPO
     )
     assert proc.returncode == 2
-    assert "refused this agent's token" in proc.stderr
+    assert "refused this agent's join token (HTTP 401" in proc.stderr
 
 
 def test_missing_token_and_docker_exit_2(

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.runtime import EXITED, RUNNING, RuntimeContext
+from agent.runtime import RuntimeContext
 from agent.runtime.process import ProcessRuntime, build_argv
+from detlab.protocol import ReportedState
 from tests.unit.runtime_support import (
     REPO,
     Sink,
@@ -85,11 +86,11 @@ def test_cuda_visible_devices_for_gpu_slots(tmp_path: Path, sink: Sink) -> None:
     )
     rt = ProcessRuntime(ctx)
     try:
-        env = rt.build_env({**spec("g1", "true"), "slot_indexes": [1, 3]}, tmp_path)
+        env = rt.build_env(spec("g1", "true", slot_indexes=[1, 3]), tmp_path)
         assert env["CUDA_VISIBLE_DEVICES"] == "1,3"
         assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
         per_device = {"environment_variables": {"cpu": ["A=cpu"], "cuda": ["A=cuda"]}}
-        env = rt.build_env({**spec("g2", "true"), "environment": per_device}, tmp_path)
+        env = rt.build_env(spec("g2", "true", environment=per_device), tmp_path)
         assert env["A"] == "cuda"
     finally:
         rt.shutdown(timeout=1)
@@ -116,7 +117,7 @@ def test_kill_escalates_to_sigkill_after_grace(runtime: ProcessRuntime, sink: Si
     )
     runtime.start(spec("k1", ["python3", "-c", code]), None)
     sink.wait_for("k1", "ready")
-    assert state(runtime, "k1")["state"] == RUNNING
+    assert state(runtime, "k1")["state"] == ReportedState.RUNNING
     t0 = time.monotonic()
     runtime.kill("k1")
     runtime.kill("k1")  # idempotent
@@ -178,14 +179,14 @@ def test_kill_before_start_and_idempotent_start(runtime: ProcessRuntime, sink: S
     assert not runtime.reserve("p")
     assert state(runtime, "p") == {
         "id": "p",
-        "state": RUNNING,
+        "state": ReportedState.RUNNING,
         "exit_code": None,
         "pid": None,
         "error": None,
         "cause": None,
     }
     runtime.kill("p")
-    assert state(runtime, "p")["state"] == EXITED
+    assert state(runtime, "p")["state"] == ReportedState.EXITED
     runtime.start(spec("p", "python3 -c 'print(1)'"), None)  # arrives late: must not run
     runtime.forget("p")
     assert runtime.states() == []
@@ -199,7 +200,7 @@ def test_forget_only_exited(runtime: ProcessRuntime, sink: Sink) -> None:
     )
     sink.wait_for("f", "up")
     runtime.forget("f")
-    assert state(runtime, "f")["state"] == RUNNING
+    assert state(runtime, "f")["state"] == ReportedState.RUNNING
     runtime.start(spec("f", "python3 -c pass"), None)  # idempotent while running
     assert len(runtime.states()) == 1
     runtime.changed.clear()
@@ -233,14 +234,16 @@ ORPHAN_SCRIPT = textwrap.dedent(
     rt = ProcessRuntime(ctx)
     # started from a short-lived thread, like the agent does
     import threading
-    t = threading.Thread(target=rt.start, args=({"allocation_id": "o", "entrypoint":
-        ["python3", "-c", "import time; print('up', flush=True); time.sleep(60)"]}, None))
+    from detlab.protocol import StartSpec
+    spec = StartSpec.parse({"allocation_id": "o", "trial_id": 1, "experiment_id": 1,
+        "entrypoint": ["python3", "-c", "import time; print('up', flush=True); time.sleep(60)"]})
+    t = threading.Thread(target=rt.start, args=(spec, None))
     t.start(); t.join()
     while not lines:
         time.sleep(0.01)
-    print(rt.states()[0]["pid"], flush=True)
+    print(rt.states()[0].pid, flush=True)
     time.sleep(0.3)
-    assert rt.states()[0]["state"] == "RUNNING", "the trial died with its launcher thread"
+    assert rt.states()[0].state == "RUNNING", "the trial died with its launcher thread"
     os.kill(os.getpid(), signal.SIGKILL)
     """
 )

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.runtime import RUNNING
 from agent.runtime.process import ProcessRuntime
 from agent.runtime.warm import WarmForm, warm_form
+from detlab.protocol import ReportedState
 from tests.unit.runtime_support import (
     REPO,
     Sink,
@@ -126,7 +126,7 @@ def test_kill_a_warm_trial(runtime: ProcessRuntime, sink: Sink, tmp_path: Path) 
     tarball = make_tarball(tmp_path / "m.tar.gz", {"sleep.py": SLEEPER_PY})
     runtime.start(spec("k", "python3 sleep.py"), tarball)
     sink.wait_for("k", "up")
-    assert state(runtime, "k")["state"] == RUNNING
+    assert state(runtime, "k")["state"] == ReportedState.RUNNING
     runtime.kill("k")
     assert wait_exited(runtime, "k")["exit_code"] == -signal.SIGTERM
 
@@ -157,18 +157,20 @@ ORPHAN_SCRIPT = textwrap.dedent(
     from pathlib import Path
     from agent.runtime import RuntimeContext
     from agent.runtime.process import ProcessRuntime
+    from detlab.protocol import StartSpec
 
     work = Path(sys.argv[1])
     lines = []
     ctx = RuntimeContext(work_dir=work / "work", master_url="http://m:1", agent_id="x",
                          slots=[{"index": 0, "type": "cpu"}], log_sink=lambda *a: lines.append(a))
     rt = ProcessRuntime(ctx)
-    spec = {"allocation_id": "o", "entrypoint": "python3 sleep.py"}
+    spec = StartSpec.parse({"allocation_id": "o", "trial_id": 1, "experiment_id": 1,
+                             "entrypoint": "python3 sleep.py"})
     t = threading.Thread(target=rt.start, args=(spec, Path(sys.argv[2])))
     t.start(); t.join()
     while not lines:
         time.sleep(0.01)
-    print(rt.states()[0]["pid"], flush=True)
+    print(rt.states()[0].pid, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
     """
 )

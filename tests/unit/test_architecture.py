@@ -111,7 +111,8 @@ def test_create_app_starts_nothing(tmp_path: Path) -> None:
     )
     assert threading.active_count() == before
     state = app.extensions[EXTENSION]
-    assert state.kicker is None and state.jobs is None and state.master_lock is None
+    assert state.scheduling.kicker is None
+    assert state.lifecycle.jobs is None and state.lifecycle.master_lock is None
 
 
 def test_private_modules_stay_private() -> None:
@@ -149,3 +150,102 @@ def test_blueprints_read_the_database_through_services() -> None:
             ):
                 offenders.append(f"{name}:{node.lineno} db.session.{f.attr}")
     assert not offenders, f"query through master/services (not in blueprints): {offenders}"
+
+
+def test_experiment_configs_are_read_typed() -> None:
+    # `exp.conf` (detlab.expconf.ExperimentConfig) is the one typed reading of a stored config:
+    # `exp.config.get("max_restarts", 5)` would restate a default the schema already sets.
+    flask = {"app", "current_app"}  # Flask's own config mapping is not an experiment's
+    offenders = []
+    for path in _py("master"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "get":
+                    target = node.func.value
+            elif isinstance(node, ast.Subscript):
+                target = node.value
+            if isinstance(target, ast.BoolOp):  # `(exp.config or {}).get(...)`
+                target = target.values[0]
+            if not (isinstance(target, ast.Attribute) and target.attr == "config"):
+                continue
+            owner = target.value
+            if isinstance(owner, ast.Name) and (owner.id in flask or owner.id == "Experiment"):
+                continue  # Flask's config; Experiment.config[...] is a SQL JSON path
+            offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, f"read experiment configs through exp.conf: {offenders}"
+
+
+# Models with a state column: a new row of each is born through the state machine.
+STATEFUL = {"Experiment", "Trial", "Task", "Allocation", "Agent", "Checkpoint", "Instance"}
+# Constructions that are not births, each with its reason.
+NOT_BIRTHS = {
+    # A stand-in for a registered version whose checkpoint row is gone: built to describe and
+    # download it, never added to the session.
+    ("master/registry/service.py", "registered_checkpoint"),
+}
+
+
+def _functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def _called(node: ast.AST) -> set[str]:
+    """Names called bare (`Trial(...)`, `born(...)`): the master imports models by name, so
+    `compute_v1.Instance(...)` (a cloud SDK's) is not one of them."""
+    return {
+        n.func.id
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    }
+
+
+def test_every_new_stateful_row_is_born_through_the_state_machine() -> None:
+    """A function that builds an Experiment, Trial, Task, Allocation, Agent, Checkpoint or
+    Instance also records its birth (`transitions.born`: its first `state_changes` row)."""
+    offenders = []
+    for path in _py("master"):
+        if "migrations" in path.parts:
+            continue
+        rel = str(path.relative_to(ROOT))
+        for fn in _functions(ast.parse(path.read_text())):
+            built = _called(fn) & STATEFUL
+            if built and "born" not in _called(fn) and (rel, fn.name) not in NOT_BIRTHS:
+                offenders.append(f"{rel}:{fn.lineno} {fn.name} builds {sorted(built)}")
+    assert not offenders, f"record births with transitions.born: {offenders}"
+
+
+def test_every_state_column_is_an_enum() -> None:
+    """`state` columns (and the task's `type`) are `Mapped[<StrEnum>]`, never plain strings."""
+    from sqlalchemy import Enum
+
+    from master.db import db
+
+    columns = [
+        (m.class_.__name__, c)
+        for m in db.Model.registry.mappers
+        for c in m.columns
+        if c.name == "state" or (m.class_.__name__ == "Task" and c.name == "type")
+    ]
+    offenders = [
+        f"{name}.{c.name}"
+        for name, c in columns
+        if not isinstance(c.type, Enum) or c.type.enum_class is None
+    ]
+    assert not offenders, offenders
+    checked = {m.class_.__name__ for m in db.Model.registry.mappers if "state" in m.columns}
+    assert checked >= STATEFUL
+
+
+def test_context_imports_no_service() -> None:
+    """master/context.py (what a master keeps in memory) sits below the services: importing one
+    (even for a type) would tie every service back into it in one import circle."""
+    tree = ast.parse((ROOT / "master/context.py").read_text())
+    imported = [
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    ]
+    offenders = [m for m in imported if m and m.startswith(("master.services", "master.rm"))]
+    assert not offenders, offenders

@@ -24,3 +24,14 @@ def test_without_cuda_it_says_so_and_runs_nothing(capsys) -> None:  # type: igno
         return
     assert bench.run(docs=False) is None
     assert "no CUDA device here" in capsys.readouterr().out
+
+
+def test_windows_are_calibrated_to_whole_reports_of_about_the_asked_time(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    cpu = torch.device("cpu")
+    model, data = bench.wide_mlp(32), bench.wide_data()
+    # the probe's answer fixed at 1,000 batches/s (64 samples each): the arithmetic alone
+    monkeypatch.setattr(bench, "by_hand", lambda *a: 64_000.0)
+    assert bench.calibrated_batches(model, data, 64, cpu, 0.5) == bench.WARMUP + 5 * 100 + 1
+    assert bench.calibrated_batches(model, data, 64, cpu, 0.45) == bench.WARMUP + 5 * 100 + 1
+    # never under two reports
+    assert bench.calibrated_batches(model, data, 64, cpu, 0.001) == bench.WARMUP + 2 * 100 + 1

@@ -184,7 +184,7 @@ def test_defaults_filled() -> None:
     assert c["records_per_epoch"] is None
     assert c["max_restarts"] == 5
     env = c["environment"]
-    assert env["image"] == "python:3.11-slim"
+    assert env["image"] is None  # the agent picks its default image for the slot type
     assert env["environment_variables"] == {} and env["force_pull_image"] is False
     assert c["bind_mounts"] == []
     assert c["reproducibility"] == {"experiment_seed": None}

@@ -11,7 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detlab.expconf import ConfigError, limits, load_yaml, validate_experiment_config
+from detlab.expconf import (
+    ConfigError,
+    limits,
+    load_yaml,
+    parse_experiment_config,
+    validate_experiment_config,
+)
 from master.searcher.asha import asha_layout
 from master.searcher.hparams import float_points, grid_point, grid_size, int_points
 from tests.unit.test_expconf import base, searcher
@@ -170,11 +176,30 @@ def test_out_of_bounds_configs_name_the_field(raw: Any, path: str, fragment: str
 def test_yaml_aliases_cannot_expand_into_a_hang() -> None:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
-    doc = load_yaml("\n".join(lines) + "\ndata: {all: *a8}\n")
     t0 = time.monotonic()
-    err = error({**base(), **doc})
-    assert "more than 100,000 values" in err.message
+    # Refused while parsing, before PyYAML builds the 10**8 values the aliases name.
+    with pytest.raises(ConfigError, match="more than 100,000 values"):
+        load_yaml("\n".join(lines) + "\ndata: {all: *a8}\n")
     assert time.monotonic() - t0 < 5
+
+
+def test_deep_yaml_is_refused_before_it_is_built() -> None:
+    for levels in (33, 300, 1000, 5000):
+        with pytest.raises(ConfigError) as e:
+            load_yaml("data: " + "{a: " * levels + "1" + "}" * levels)
+        assert e.value.message == "nested deeper than 32 levels"
+        assert e.value.path == "data" + ".a" * 31
+    with pytest.raises(ConfigError, match="after expanding YAML aliases"):
+        load_yaml("x: &x " + "[" * 20 + "]" * 20 + "\ny: " + "[" * 20 + "*x" + "]" * 20)
+    assert load_yaml("data: " + "{a: " * 31 + "1" + "}" * 31)["data"]["a"]
+
+
+def test_the_value_bound_counts_every_alias_it_expands() -> None:
+    ten = "[" + ", ".join(["1"] * 1000) + "]"
+    under = "a: &a " + ten + "\n" + "".join(f"b{i}: *a\n" for i in range(98))
+    assert len(load_yaml(under)) == 99
+    with pytest.raises(ConfigError, match="more than 100,000 values"):
+        load_yaml(under + "".join(f"c{i}: *a\n" for i in range(5)))
 
 
 def test_storage_path_inside_the_root_is_kept_relative() -> None:
@@ -260,7 +285,7 @@ def test_a_billion_point_grid_is_sized_and_indexed_without_building_it() -> None
 
 
 def test_asha_layout_with_a_divisor_just_above_one_does_not_hang() -> None:
-    config = validate_experiment_config(
+    config = parse_experiment_config(
         base(
             searcher=searcher(
                 name="adaptive_asha",

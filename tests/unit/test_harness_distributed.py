@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -68,12 +69,14 @@ rank, store = int(sys.argv[1]), sys.argv[2]
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
 d = DistributedContext.from_torch_distributed()  # the script's group, as in Determined's tutorial
 flag = store + ".rank1-closing"
+asked = time.monotonic()  # rank 1's, taken before its flag: the chief's comes after it
 if rank == 1:
     open(flag, "w").close()
 else:  # the chief is still storing its last checkpoint until rank 1 is already inside close()
     while not os.path.exists(flag):
         time.sleep(0.01)
-print("close", time.monotonic(), flush=True)
+    asked = time.monotonic()
+print("close", asked, flush=True)
 d.close()
 print("closed", time.monotonic(), flush=True)
 print("after", d.allgather(rank), flush=True)  # the script's group outlives the context
@@ -115,3 +118,58 @@ def test_script_created_group_ranks_leave_together_and_group_outlives_context(
     # rank 1 asked to close first but left only once the chief had arrived
     assert times[1]["close"] <= times[0]["close"] <= times[1]["closed"]
     assert all("after [0, 1]" in out for out, _ in outs)
+
+
+_DEEPSPEED_WORKER = """
+from harness.core import DistributedContext
+import os, sys
+ctx = DistributedContext.from_deepspeed(pub_port=int(sys.argv[1]))
+print(ctx.rank, ctx.size, ctx.local_rank, ctx.local_size, ctx.cross_rank, ctx.cross_size,
+      ctx.allgather(ctx.rank * 10), ctx.broadcast(os.getpid() if ctx.rank == 0 else None) > 0)
+ctx.close()
+"""
+
+
+def test_from_deepspeed_reads_the_launchers_environment_and_collects() -> None:
+    """Two workers as DeepSpeed's launcher starts them (its env names), the chief hosting the
+    object store at MASTER_ADDR: the ranks are the launcher's and the collectives work."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[2]
+    procs = []
+    for rank in (0, 1):
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(root),
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": str(rank),
+            "LOCAL_SIZE": "2",
+            "CROSS_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _DEEPSPEED_WORKER, str(port)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    outs = [p.communicate(timeout=120) for p in procs]
+    for rank, (p, (out, err)) in enumerate(zip(procs, outs, strict=True)):
+        assert p.returncode == 0, err
+        assert out.strip() == f"{rank} 2 {rank} 2 0 1 [0, 10] True"
+
+
+def test_from_deepspeed_names_what_the_environment_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE and LOCAL_RANK"):
+        DistributedContext.from_deepspeed()

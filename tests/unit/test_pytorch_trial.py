@@ -272,8 +272,17 @@ def on_cluster(
         monkeypatch.setenv(k, v)
 
 
+# Stopped mid-period (after batch 18) and on a report and validation boundary (after batch 20:
+# the boundary's report and validation happen before the stop, as in the uninterrupted run).
+@pytest.mark.parametrize(
+    ("hook_at", "stopped_at", "reported"), [(17, 18, [10, 10]), (19, 20, [10, 10, 20, 20])]
+)
 def test_paused_and_resumed_trial_reports_what_an_uninterrupted_one_does(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    hook_at: int,
+    stopped_at: int,
+    reported: list[int],
 ) -> None:
     with FakeMaster() as fake:
         straight = Master(fake, 40)
@@ -288,14 +297,14 @@ def test_paused_and_resumed_trial_reports_what_an_uninterrupted_one_does(
             paused.preempt.set()  # the master asks the trial to stop (det experiment pause)
             assert context.core.preempt._watcher.flag.wait(5)
 
-        HOOK.update(at=17, do=pause)
+        HOOK.update(at=hook_at, do=pause)
         on_cluster(monkeypatch, fake, tmp_path / "b", "b-1")
         res_b1 = pytorch.run_trial(LinearTrial)
-        assert res_b1.preempted and res_b1.batches_trained == 18
+        assert res_b1.preempted and res_b1.batches_trained == stopped_at
         assert any(c.path.endswith("ack_preemption") for c in fake.calls)
-        assert [m["steps_completed"] for m in paused.metrics] == [10, 10]  # nothing at 18
+        assert [m["steps_completed"] for m in paused.metrics] == reported
         (uuid,) = paused.checkpoints
-        assert paused.checkpoints[uuid]["steps_completed"] == 18
+        assert paused.checkpoints[uuid]["steps_completed"] == stopped_at
         HOOK.clear()
         paused.preempt.clear()
         on_cluster(monkeypatch, fake, tmp_path / "b", "b-2", latest=uuid)

@@ -44,7 +44,7 @@ def test_legacy_priority_then_fifo() -> None:
 
 
 def test_legacy_keyword_construction_still_works() -> None:
-    # master/services/scheduling.py builds requests by keyword, without job_id
+    # master/services/queue/scheduling.py builds requests by keyword, without job_id
     r = Request(id="7", slots=2, priority=42, order=1.0, pool="default", weight=1.0)
     d = schedule_priority([r], [agent("a", (0, 1))])
     assert placements(d) == {"7": (("a", (0, 1)),)}

@@ -314,3 +314,16 @@ def test_fair_share_preempts_the_newest_trial_when_a_jobs_trials_share_its_order
         running = [run(i, "a", (k,), job="A", order=5.0) for k, i in enumerate(ids)]
         d = schedule(FAIR_P, [req("b", 1, job="B", order=6.0)], running, [agent("a", (), 3)])
         assert d.preemptions == [newest]
+
+
+def test_fair_share_victim_is_the_newest_trial_whatever_its_task_id() -> None:
+    # Trials' task ids end in random UUIDs, and epoch-second orders cannot carry a trial id in
+    # their fraction: the newest trial is the one with the later `seq` (the master's trial id).
+    ids = ("7.f3c1", "7.0a9e", "7.b4d2")
+    for newest in range(3):
+        running = [
+            Running(i, "A", (("a", (k,)),), order=1.8e9, seq=100 + ((k - newest - 1) % 3))
+            for k, i in enumerate(ids)
+        ]
+        d = schedule(FAIR_P, [req("b", 1, job="B", order=1.8e9 + 1)], running, [agent("a", (), 3)])
+        assert d.preemptions == [ids[newest]]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from detlab.expconf import validate_experiment_config
+from detlab.expconf import ExperimentConfig, parse_experiment_config
 from master.searcher import (
     SEARCH_METHODS,
     AdaptiveASHASearch,
@@ -32,7 +32,7 @@ from master.searcher.asha_layout import (
 )
 
 
-def config(**searcher: Any) -> dict:
+def config(**searcher: Any) -> ExperimentConfig:
     s: dict[str, Any] = {
         "name": "adaptive_asha",
         "metric": "loss",
@@ -44,7 +44,7 @@ def config(**searcher: Any) -> dict:
         "mode": "aggressive",
     }
     s.update(searcher)
-    return validate_experiment_config(
+    return parse_experiment_config(
         {
             "entrypoint": "python3 train.py",
             "hyperparameters": {"lr": {"type": "double", "minval": 0.0, "maxval": 1.0}},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from detlab.expconf import validate_experiment_config
+from detlab.expconf import ExperimentConfig, parse_experiment_config
 from master.searcher import (
     SEARCH_METHODS,
     Close,
@@ -19,7 +19,7 @@ from master.searcher import (
 from master.searcher.hparams import grid
 
 
-def config(hparams: dict | None = None, **searcher: Any) -> dict:
+def config(hparams: dict | None = None, **searcher: Any) -> ExperimentConfig:
     s: dict[str, Any] = {"name": "grid", "metric": "loss", "max_length": {"batches": 50}}
     s.update(searcher)
     if hparams is None:
@@ -28,7 +28,7 @@ def config(hparams: dict | None = None, **searcher: Any) -> dict:
             "opt": {"type": "categorical", "vals": ["adam", "sgd"]},
             "bs": 32,
         }
-    return validate_experiment_config(
+    return parse_experiment_config(
         {"entrypoint": "python3 train.py", "hyperparameters": hparams, "searcher": s}
     )
 
@@ -51,7 +51,7 @@ def test_every_point_in_order_with_concurrency() -> None:
     assert ops[1] == ValidateAfter(first.request_id, 50)
     assert ops[3] == ValidateAfter(second.request_id, 50)
     assert s.initial_operations() == []
-    points = grid(cfg["hyperparameters"])
+    points = grid(cfg.hyperparameters)
     assert len(points) == 6
     seen = [first.hparams, second.hparams]
     running = [first.request_id, second.request_id]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from detlab.expconf import ConfigError, validate_experiment_config
+from detlab.expconf import ConfigError, ExperimentConfig, parse_experiment_config
 from master.searcher import AdaptiveASHASearch, Create, ValidateAfter, make_searcher
 from master.searcher.hparams import sample
 from master.searcher.model import (
@@ -282,7 +282,7 @@ def test_non_finite_results_are_ignored() -> None:
 # -- adaptive ASHA with sampler tpe / random -----------------------------------------------------
 
 
-def asha_config(sampler: str | None = None) -> dict:
+def asha_config(sampler: str | None = None) -> ExperimentConfig:
     searcher: dict[str, Any] = {
         "name": "adaptive_asha",
         "metric": "loss",
@@ -295,7 +295,7 @@ def asha_config(sampler: str | None = None) -> dict:
     }
     if sampler is not None:
         searcher["sampler"] = sampler
-    return validate_experiment_config(
+    return parse_experiment_config(
         {"entrypoint": "python3 train.py", "hyperparameters": SPACE, "searcher": searcher}
     )
 
@@ -340,7 +340,7 @@ def drive(
 
 
 def test_random_is_the_default_and_sampler_is_validated() -> None:
-    assert asha_config()["searcher"]["sampler"] == "random"
+    assert asha_config().searcher.sampler == "random"
     with pytest.raises(ConfigError, match="searcher.sampler: expected one of random, tpe, gp"):
         asha_config("bayes")
 

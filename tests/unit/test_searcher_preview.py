@@ -9,9 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detlab.expconf import ConfigError, validate_experiment_config
+from detlab.expconf import (
+    ConfigError,
+    load_stored,
+    parse_experiment_config,
+    validate_experiment_config,
+)
 from master.searcher import AdaptiveASHASearch, ValidateAfter
-from master.searcher.preview import preview
+from master.searcher.preview import preview as preview_of
 from tests.unit.test_searcher_properties import simulate
 
 HP = {
@@ -24,6 +29,11 @@ def raw(**searcher: Any) -> dict:
     s: dict[str, Any] = {"metric": "loss", "max_length": {"batches": 100}}
     s.update(searcher)
     return {"entrypoint": "python3 train.py", "hyperparameters": HP, "searcher": s}
+
+
+def preview(raw: dict) -> dict[str, Any]:
+    """The preview of a user's config, as the API computes it (parsed once, then typed)."""
+    return preview_of(parse_experiment_config(raw))
 
 
 def test_single() -> None:
@@ -55,9 +65,9 @@ def test_grid_capped_by_max_trials() -> None:
     assert out["grid_size"] == 6 and out["trials"] == 4
 
 
-def test_accepts_expanded_configs() -> None:
+def test_accepts_stored_configs() -> None:
     cfg = raw(name="random", max_trials=3)
-    assert preview(validate_experiment_config(cfg)) == preview(cfg)
+    assert preview_of(load_stored(validate_experiment_config(cfg))) == preview(cfg)
 
 
 def test_invalid_config_raises() -> None:
@@ -147,7 +157,7 @@ def test_property_asha_preview_matches_a_run_without_failures(
         "bracket_rungs": None,
     }
     sim = simulate("asha", p, seed, seed, (0.0, 0.0, 0.0))
-    out = preview(sim.config)
+    out = preview_of(sim.config)
     assert isinstance(sim.searcher, AdaptiveASHASearch)
     reached: dict[int, int] = {}
     for t in sim.trials.values():

@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from detlab.expconf import validate_experiment_config
+from detlab.expconf import ExperimentConfig, parse_experiment_config
 from master.searcher import (
     AdaptiveASHASearch,
     Close,
@@ -42,7 +42,7 @@ HPARAMS = {
 }
 
 
-def make_config(kind: str, p: dict[str, Any]) -> dict:
+def make_config(kind: str, p: dict[str, Any]) -> ExperimentConfig:
     s: dict[str, Any] = {
         "metric": "loss",
         "smaller_is_better": p["smaller"],
@@ -68,7 +68,7 @@ def make_config(kind: str, p: dict[str, Any]) -> dict:
             s["stop_once"] = True
         if kind == "asha_time":
             s.update(max_length=None, time_metric="batches", max_time=p["max_length"])
-    return validate_experiment_config(
+    return parse_experiment_config(
         {"entrypoint": "python3 train.py", "hyperparameters": HPARAMS, "searcher": s}
     )
 
@@ -90,7 +90,7 @@ class SimTrial:
 class Sim:
     """A model of the master around one searcher, with invariant checks."""
 
-    config: dict
+    config: ExperimentConfig
     seed: int
     rng: random.Random
     p_invalid: float
@@ -109,18 +109,18 @@ class Sim:
     seq: int = 0
 
     def __post_init__(self) -> None:
-        self.s = self.config["searcher"]
-        self.kind = self.s["name"]
+        self.s = self.config.searcher
+        self.kind = self.s.name
         self.searcher: SearchMethod = make_searcher(self.config, self.seed)
         self.asha = isinstance(self.searcher, AdaptiveASHASearch)
-        self.time_based = self.s.get("time_metric") is not None
-        self.stopping = self.asha and (self.time_based or bool(self.s.get("stop_once")))
+        self.time_based = self.s.time_metric is not None
+        self.stopping = self.asha and (self.time_based or self.s.stop_once)
         self.max_trials = (
-            grid_trials(self.config) if self.kind == "grid" else int(self.s["max_trials"])
+            grid_trials(self.config) if self.kind == "grid" else int(self.s.max_trials)  # type: ignore[arg-type]
         )
         self.limit = concurrency_limit(self.config, self.max_trials)
-        self.divisor = float(self.s["divisor"])
-        self.smaller = bool(self.s["smaller_is_better"])
+        self.divisor = self.s.divisor
+        self.smaller = self.s.smaller_is_better
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -145,7 +145,7 @@ class Sim:
         self.rung_results.setdefault((b, length), []).append((rid, metric, lost, self.seq))
         self.seq += 1
 
-    # -- applying operations like master/services/searcher.py ----------------------------
+    # -- applying operations like master/services/experiment/searcher.py -----------------------
 
     def apply(self, ops: list[Operation]) -> None:
         queue = list(ops)

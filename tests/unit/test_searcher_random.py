@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from detlab.expconf import validate_experiment_config
+from detlab.expconf import ExperimentConfig, parse_experiment_config
 from master.searcher import (
     SEARCH_METHODS,
     Close,
@@ -20,7 +20,7 @@ from master.searcher import (
 )
 
 
-def config(**searcher: Any) -> dict:
+def config(**searcher: Any) -> ExperimentConfig:
     s: dict[str, Any] = {
         "name": "random",
         "metric": "acc",
@@ -30,7 +30,7 @@ def config(**searcher: Any) -> dict:
         "max_concurrent_trials": 2,
     }
     s.update(searcher)
-    return validate_experiment_config(
+    return parse_experiment_config(
         {
             "entrypoint": "python3 train.py",
             "records_per_epoch": 100,
@@ -153,3 +153,35 @@ def test_snapshot_restore_mid_run() -> None:
     rid = ops[2].request_id
     assert b.on_validation_completed(rid, 0.5, 3) == a.on_validation_completed(rid, 0.5, 3)
     assert b.snapshot() == a.snapshot()
+
+
+def test_continue_takes_up_unfinished_trials_and_creates_the_rest() -> None:
+    s = make_searcher(config(max_trials=3, max_concurrent_trials=2), 1)
+    a, b = (c.request_id for c in creates(s.initial_operations()))
+    ops = s.on_validation_completed(a, 0.9, 3)  # a is done; the third trial is created
+    (c,) = (op.request_id for op in creates(ops))
+    s.on_trial_exited_early(b, ExitedReason.ERRORED)
+    s.on_trial_closed(c)  # killed: the search ends with one result
+    assert s.shut_down
+    ops = s.on_continue_search([b, c])  # the master passes the trials that did not complete
+    assert ops == [ValidateAfter(b, 3), ValidateAfter(c, 3)]  # the same trials, nothing new
+    assert not s.shut_down and s.failed == 0
+    s.on_validation_completed(b, 0.5, 3)
+    assert s.on_validation_completed(c, 0.7, 3)[-1] == Shutdown(failure=False)
+    # Done everywhere: continuing again asks for nothing but the shutdown.
+    assert s.on_continue_search([]) == [Shutdown(failure=False)]
+
+
+def test_continue_creates_trials_a_canceled_search_never_issued() -> None:
+    s = make_searcher(config(max_trials=3, max_concurrent_trials=1), 1)
+    (a,) = (c.request_id for c in creates(s.initial_operations()))
+    # Killed: the searcher answered with a Create that made no trial (the search was ending).
+    (lost,) = creates(s.on_trial_closed(a))
+    s2 = make_searcher(config(max_trials=3, max_concurrent_trials=1), 1)
+    s2.restore(json.loads(json.dumps(s.snapshot())))
+    ops = s2.on_continue_search([a], existing={a})
+    assert ops == [ValidateAfter(a, 3)]  # one at a time: the others come as it finishes
+    more = creates(s2.on_validation_completed(a, 0.9, 3))
+    assert len(more) == 1 and more[0].request_id != lost.request_id
+    last = creates(s2.on_validation_completed(more[0].request_id, 0.8, 3))
+    assert len(last) == 1 and s2.issued == 3

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from typing import Any
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detlab.expconf import ConfigError, validate_experiment_config
+from detlab.expconf import ConfigError, ExperimentConfig, parse_experiment_config
 from master.searcher import (
     SEARCH_METHODS,
     Close,
@@ -28,10 +29,10 @@ from master.searcher import (
 from master.searcher.base import new_request_id, rng_from_json, rng_state_to_json
 
 
-def config(**searcher: Any) -> dict[str, Any]:
+def config(**searcher: Any) -> ExperimentConfig:
     s: dict[str, Any] = {"name": "single", "metric": "loss", "max_length": {"batches": 100}}
     s.update(searcher)
-    return validate_experiment_config(
+    return parse_experiment_config(
         {
             "entrypoint": "python3 train.py",
             "hyperparameters": {
@@ -71,7 +72,7 @@ def test_every_documented_searcher_is_implemented() -> None:
 
 def test_make_searcher_unknown_name() -> None:
     c = config()
-    c["searcher"]["name"] = "pbt"
+    c = c.replace(searcher=dataclasses.replace(c.searcher, name="pbt"))
     with pytest.raises(ConfigError, match="searcher.name: unknown searcher 'pbt'"):
         make_searcher(c, 1)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from bench._searchsim import SearchResult, run_detlab, run_optuna, rung_lengths, suggest
-from detlab.expconf import validate_experiment_config
+from detlab.expconf import ExperimentConfig, parse_experiment_config
 from master.searcher import (
     Close,
     ExitedReason,
@@ -48,9 +48,9 @@ class Toy:
         return ToyTrial(self, float(hparams["x"]))
 
 
-def config(name: str = "single", **searcher: Any) -> dict[str, Any]:
+def config(name: str = "single", **searcher: Any) -> ExperimentConfig:
     s = {"name": name, "metric": "loss", "max_length": {"batches": 16}, **searcher}
-    return validate_experiment_config(
+    return parse_experiment_config(
         {
             "entrypoint": "python3 train.py",
             "hyperparameters": {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}},

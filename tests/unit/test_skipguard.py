@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.skipguard import Skip, verdict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,14 +52,21 @@ def test_an_opt_out_covers_only_its_own_group() -> None:
     assert v.failed and len([ln for ln in v.lines if ln.startswith("  ")]) == 3  # 2 + hint
 
 
-def run_pytest(tmp_path: Path, source: str, **env: str) -> subprocess.CompletedProcess[str]:
+# Each real run both in one process and on two pytest-xdist workers (the controller, which
+# collects nothing itself, must judge the workers' skips the same way).
+PROCESSES = pytest.mark.parametrize("procs", [(), ("-n", "2")], ids=["serial", "xdist"])
+
+
+def run_pytest(
+    tmp_path: Path, source: str, procs: tuple[str, ...] = (), **env: str
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "test_sample.py").write_text(source)
     full = {k: v for k, v in os.environ.items() if not k.startswith("DET_SKIP_")}
     full.update(env, PYTHONPATH=str(ROOT))
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.skipguard", "-p", "no:cacheprovider",
-         "-q", str(tmp_path / "test_sample.py")],
-        cwd=tmp_path, env=full, capture_output=True, text=True, timeout=120,
+         "-q", *procs, str(tmp_path / "test_sample.py")],
+        cwd=tmp_path, env=full, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
 
 
@@ -73,21 +82,34 @@ def test_needs_docker():
 """
 
 
-def test_a_real_run_with_a_skip_exits_1_and_says_why(tmp_path: Path) -> None:
-    r = run_pytest(tmp_path, SAMPLE)
+@PROCESSES
+def test_a_real_run_with_a_skip_exits_1_and_says_why(
+    tmp_path: Path, procs: tuple[str, ...]
+) -> None:
+    r = run_pytest(tmp_path, SAMPLE, procs)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "1 passed, 1 skipped" in r.stdout
     assert "FAILED: 1 test(s) were skipped" in r.stdout
     assert "test_needs_docker: the Docker engine does not answer" in r.stdout
 
 
-def test_a_real_run_opted_out_exits_0_and_repeats_the_variable(tmp_path: Path) -> None:
-    r = run_pytest(tmp_path, SAMPLE, DET_SKIP_DOCKER_SETUP="1")
+@PROCESSES
+def test_a_real_run_opted_out_exits_0_and_repeats_the_variable(
+    tmp_path: Path, procs: tuple[str, ...]
+) -> None:
+    r = run_pytest(tmp_path, SAMPLE, procs, DET_SKIP_DOCKER_SETUP="1")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "because DET_SKIP_DOCKER_SETUP=1 is set" in r.stdout
 
 
-def test_a_real_run_without_skips_exits_0(tmp_path: Path) -> None:
-    r = run_pytest(tmp_path, "def test_ok():\n    assert True is not False\n")
+@PROCESSES
+def test_a_real_run_without_skips_exits_0(tmp_path: Path, procs: tuple[str, ...]) -> None:
+    r = run_pytest(tmp_path, "def test_ok():\n    assert True is not False\n", procs)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "skipped" not in r.stdout
+
+
+@PROCESSES
+def test_a_real_run_that_collects_nothing_exits_5(tmp_path: Path, procs: tuple[str, ...]) -> None:
+    r = run_pytest(tmp_path, "def helper():\n    pass\n", procs)
+    assert r.returncode == 5, r.stdout + r.stderr  # scripts/test counts 5 as a failure

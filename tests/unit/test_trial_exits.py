@@ -42,6 +42,10 @@ BASE = ExitFacts(
             State.COMPLETED,
         ),
         ({"trained_enough": True}, Outcome.WAIT_FOR_SEARCHER, None),
+        # Told "no work", then promoted before its exit was seen: the promotion is still owed.
+        ({"out_of_work": True}, Outcome.WAIT_FOR_SEARCHER, None),
+        ({"out_of_work": True, "experiment_completing": True}, Outcome.COMPLETED, State.COMPLETED),
+        ({"out_of_work": True, "exit_code": 1}, Outcome.RESTART, None),
         (
             {"trained_enough": True, "experiment_completing": True},
             Outcome.COMPLETED,

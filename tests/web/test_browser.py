@@ -178,10 +178,12 @@ def test_watch_pause_and_compare_in_chromium(cluster_factory, tmp_path: Path, br
     assert "loss_offset" in table
     shot(browser, "compare")
 
-    # A finished experiment: its curves and one scatter per hyperparameter against the metric.
+    # A finished experiment: its curves; one trial, so no hyperparameter varies: no scatter
+    # (test_browser_pages.py and test_pages.py check the scatters of a search)
     browser.get(f"{cluster.url}/experiments/{quick}")
     wait_for(lambda: count(browser, "#curves-chart .uplot canvas") == 1, 30, what="curves")
-    wait_for(lambda: count(browser, "#scatters .uplot") == 3, 30, what="hparam scatters")
+    wait_for(lambda: "nothing to plot" in browser.find_element(By.ID, "scatters").text, 30)
+    assert count(browser, "#scatters .uplot") == 0
     browser.find_element(By.CSS_SELECTOR, '#curves input[name="logy"]').click()
     wait_for(lambda: count(browser, "#curves-chart .uplot canvas") == 1, 30, what="log-y curves")
     shot(browser, "experiment-completed")

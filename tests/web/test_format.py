@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from werkzeug.datastructures import MultiDict
 
-from detlab.expconf import load_yaml, validate_experiment_config
+from detlab.expconf import load_yaml, parse_experiment_config
 from master.errors import BadRequest
 from master.searcher import make_searcher
 from master.web import format as fmt
@@ -92,7 +92,7 @@ searcher: {name: adaptive_asha, metric: loss, max_length: {batches: 64}, max_tri
 def test_asha_rungs_follow_the_searcher_state() -> None:
     from master.searcher import Create
 
-    config = validate_experiment_config(load_yaml(ASHA))
+    config = parse_experiment_config(load_yaml(ASHA))
     method = make_searcher(config, seed=1)
     ops = method.initial_operations()
     created = [op.request_id for op in ops if isinstance(op, Create)]
@@ -108,14 +108,14 @@ def test_asha_rungs_follow_the_searcher_state() -> None:
     assert (first.length, first.results, first.promoted, first.best) == (16, 4, 1, 0.2)
     assert (top.length, top.results, top.promoted, top.best) == (64, 0, 0, None)
     assert asha_brackets(config, None)[0].rungs[0].results == 0
-    single = validate_experiment_config(
+    single = parse_experiment_config(
         load_yaml(ASHA.replace("adaptive_asha", "random").replace("mode: aggressive", ""))
     )
     assert asha_brackets(single, None) == []
     labels = dict(searcher_summary(config))
     assert labels["Searcher"] == "adaptive_asha" and labels["Max length"] == "64 batches"
     assert labels["Metric"] == "loss (smaller is better)" and labels["Mode"] == "aggressive"
-    single = validate_experiment_config(
+    single = parse_experiment_config(
         load_yaml(ASHA.replace("adaptive_asha", "single").replace("mode: aggressive", ""))
     )
     assert [k for k, _ in searcher_summary(single)] == ["Searcher", "Metric", "Max length"]

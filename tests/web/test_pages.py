@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -352,7 +353,9 @@ def test_asha_rungs_on_the_experiment_page(
     assert "length 16" in page.text and "length 64" in page.text
     assert "0 results, 0 promoted" in page.text
     assert "adaptive_asha" in page.text and "loss (smaller is better)" in page.text
-    assert "scatter-data" in page.text
+    data = page.text.split('id="scatter-data">', 1)[1].split("</script>", 1)[0]
+    # lr is sampled on a log scale: its scatter's axis is logarithmic too
+    assert {"name": "lr", "log": True} in json.loads(data)["axes"]
 
 
 def test_third_party_files_come_from_the_npm_install(app: Flask) -> None:

@@ -15,22 +15,28 @@ import time
 import determined as det
 
 
-def load_state(core_context, latest_checkpoint):
+def load_state(core_context, latest_checkpoint, trial_id):
     if latest_checkpoint is None:
         return 0
     with core_context.checkpoint.restore_path(latest_checkpoint) as path:
         state = json.loads((pathlib.Path(path) / "state.json").read_text())
+    # As Determined's Core API tutorial does: another trial's checkpoint (a warm start) is only
+    # where the weights come from; this trial's own counts its steps on.
+    if state.get("trial_id", trial_id) != trial_id:
+        print(f"checkpoint of trial {state['trial_id']}, not {trial_id}: from 0", flush=True)
+        return 0
     print(f"resumed from {latest_checkpoint} at {state['steps']}", flush=True)
     return state["steps"]
 
 
-def save(core_context, steps):
+def save(core_context, steps, trial_id):
     with core_context.checkpoint.store_path({"steps_completed": steps}) as (path, uuid):
-        (pathlib.Path(path) / "state.json").write_text(json.dumps({"steps": steps}))
+        state = {"steps": steps, "trial_id": trial_id}
+        (pathlib.Path(path) / "state.json").write_text(json.dumps(state))
     print(f"checkpoint {uuid} at {steps}", flush=True)
 
 
-def train(core_context, start, end, hparams):
+def train(core_context, start, end, hparams, trial_id):
     lr, every, sleep = hparams.get("lr", 1.0), hparams.get("every", 5), hparams.get("sleep", 0)
     steps = start
     while steps < end:
@@ -41,7 +47,7 @@ def train(core_context, start, end, hparams):
             core_context.train.report_training_metrics(
                 steps_completed=steps, metrics={"loss": loss}
             )
-            save(core_context, steps)
+            save(core_context, steps, trial_id)
             if core_context.preempt.should_preempt():
                 print(f"preempted at {steps}", flush=True)
                 return steps, False
@@ -49,11 +55,11 @@ def train(core_context, start, end, hparams):
 
 
 def main(core_context, info):
-    hparams = info.trial.hparams
-    steps = load_state(core_context, info.latest_checkpoint)
+    hparams, trial_id = info.trial.hparams, info.trial.trial_id
+    steps = load_state(core_context, info.latest_checkpoint, trial_id)
     if hparams.get("use_ops"):
         for op in core_context.searcher.operations():
-            steps, done = train(core_context, steps, op.length, hparams)
+            steps, done = train(core_context, steps, op.length, hparams, trial_id)
             if not done:
                 return
             loss = 1.0 / (1.0 + hparams.get("lr", 1.0) * steps)
@@ -62,7 +68,7 @@ def main(core_context, info):
             )
             op.report_completed(loss)
         return
-    steps, done = train(core_context, steps, hparams.get("max_length", 20), hparams)
+    steps, done = train(core_context, steps, hparams.get("max_length", 20), hparams, trial_id)
     if done:
         loss = 1.0 / (1.0 + hparams.get("lr", 1.0) * steps)
         core_context.train.report_validation_metrics(steps_completed=steps, metrics={"loss": loss})

@@ -1,0 +1,116 @@
+"""Slurm unwell, in detlab's words: a drained node (the pool says so, a job pending on it says
+why) and munge failing (one clear line in the task's log and the master's, no crash loop)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cluster import wait_for
+from tests.integration.test_foundation import only_trial, submit
+from tests.integration.test_trial_api import DIGITS, digits_config
+from tests.slurm.test_slurm_e2e import slurm_master
+
+pytestmark = pytest.mark.integration
+
+
+def scontrol_node(node: str, *fields: str) -> None:
+    subprocess.run(["scontrol", "update", f"NodeName={node}", *fields], check=True)
+
+
+def test_a_drained_node_is_the_pools_note_and_the_pending_jobs_reason(
+    slurm: Path, cluster_factory
+) -> None:  # type: ignore[no-untyped-def]
+    c = slurm_master(cluster_factory)
+    node = subprocess.run(
+        ["sinfo", "--noheader", "--partition=low", "--format=%N"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert node, "the test Slurm has no node in partition low"
+
+    def low_pool() -> dict:
+        return next(p for p in c.det_json("job", "list") if p["name"] == "low")
+
+    scontrol_node(node, "State=DRAIN", "Reason=detlab-test")
+    try:
+        note = wait_for(lambda: low_pool().get("note"), 60, what="the pool's note")
+        assert note == "every node of Slurm partition low is down or drained (drain)", note
+        assert f"Note: {note}" in c.det("job", "list").stdout
+        sleeper = digits_config(
+            c, entrypoint="sleep 120", resources={"slots_per_trial": 1, "resource_pool": "low"}
+        )
+        exp_id = submit(c, sleeper, DIGITS)
+
+        def reason() -> str | None:
+            trial_id = only_trial(c, exp_id)["id"]
+            for task in c.get("/tasks")["tasks"]:
+                why = task.get("waiting_for") or ""
+                if task.get("trial_id") == trial_id and "(Slurm: " in why:
+                    return str(why)
+            return None
+
+        why = wait_for(reason, 60, what="the pending job's reason")
+        assert why.startswith(f"waiting in Slurm: {note} (Slurm: "), why
+        # the drained node keeps the pool's capacity: the job waits, it is not "never fits"
+        assert low_pool()["slots_total"] == 2
+    finally:
+        scontrol_node(node, "State=RESUME")
+    wait_for(lambda: low_pool().get("note") is None or None, 60, what="the note to clear")
+    wait_for(
+        lambda: "Slurm job" in "\n".join(c.logs(only_trial(c, exp_id)["id"])) or None,
+        60,
+        what="the job to start once the node is back",
+    )
+    c.det("experiment", "kill", str(exp_id))
+    c.wait_experiment(exp_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=60)
+
+
+def test_a_munge_failure_is_one_clear_line(slurm: Path, cluster_factory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    c = slurm_master_with_broken_munge(cluster_factory, slurm, monkeypatch)
+    exp_id = submit(
+        c,
+        digits_config(c, entrypoint="sleep 5", resources={"resource_pool": "low"}),
+        DIGITS,
+    )
+
+    def reason() -> str | None:
+        trial_id = only_trial(c, exp_id)["id"]
+        for task in c.get("/tasks")["tasks"]:
+            if task.get("trial_id") == trial_id and "munge" in (task.get("waiting_for") or ""):
+                return str(task["waiting_for"])
+        return None
+
+    why = wait_for(reason, 60, what="the queued trial's reason to name munge")
+    assert "Slurm's authentication (munge) fails" in why and "Munge encode failed" in why, why
+    assert "\n" not in why
+    # every call asks sinfo again (each fails the same way): the master logs it once
+    for _ in range(3):
+        low = next(p for p in c.det_json("job", "list") if p["name"] == "low")
+        assert "(munge) fails" in (low.get("note") or ""), low
+    master_log = (c.tmp / "master.log").read_text()
+    munge_lines = [ln for ln in master_log.splitlines() if "(munge) fails" in ln]
+    assert len(munge_lines) == 1, munge_lines
+    assert "Traceback" not in master_log
+    assert c.master is not None and c.master.poll() is None  # no crash loop: it lives on
+    assert only_trial(c, exp_id)["state"] == "ACTIVE"  # queued, not failed: nothing was spent
+    c.det("experiment", "kill", str(exp_id))
+    c.wait_experiment(exp_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=60)
+
+
+def slurm_master_with_broken_munge(cluster_factory, slurm: Path, monkeypatch):  # type: ignore[no-untyped-def]
+    """A master whose Slurm commands reach munge through a socket nobody listens on: a real
+    munge failure, without stopping the munged that other tests share."""
+    conf_dir = Path(slurm).parent.parent / "munge-broken-conf"
+    conf_dir.mkdir(exist_ok=True)
+    lines = [
+        f"AuthInfo=socket={conf_dir}/nobody.sock" if ln.startswith("AuthInfo=") else ln
+        for ln in Path(slurm).read_text().splitlines()
+    ]
+    (conf_dir / "slurm.conf").write_text("\n".join(lines) + "\n")
+    (conf_dir / "gres.conf").write_text((Path(slurm).parent / "gres.conf").read_text())
+    monkeypatch.setenv("SLURM_CONF", str(conf_dir / "slurm.conf"))
+    return slurm_master(cluster_factory)

@@ -1,0 +1,58 @@
+"""The default images' pure parts: names per slot type, the missing-module line and message,
+and what the cpu build asks pip for (the build itself: tests/docker, scripts/docker-setup)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.images import (
+    DEFAULT_IMAGES,
+    default_image,
+    missing_module,
+    missing_module_message,
+)
+from agent.images.build import main, pip_args, torch_requirement
+
+
+def test_one_default_image_per_slot_type() -> None:
+    assert default_image(gpu=False) == DEFAULT_IMAGES["cpu"] == "detlab/pytorch:2.13.0-cpu"
+    assert default_image(gpu=True) == DEFAULT_IMAGES["cuda"] == "detlab/pytorch:2.13.0-cuda"
+
+
+@pytest.mark.parametrize(
+    ("line", "module"),
+    [
+        ("ModuleNotFoundError: No module named 'numpy'", "numpy"),
+        ("  ModuleNotFoundError: No module named 'sklearn.datasets'\n", "sklearn.datasets"),
+        ("ImportError: No module named 'yaml'", "yaml"),
+        ("print('ModuleNotFoundError: No module named x')", None),
+        ("INFO: No module named 'numpy' is fine", None),
+    ],
+)
+def test_missing_module_lines(line: str, module: str | None) -> None:
+    assert missing_module(line) == module
+
+
+def test_the_missing_module_message_names_module_image_and_ways_out() -> None:
+    msg = missing_module_message("sklearn.datasets", "python:3.11-slim")
+    assert "'sklearn.datasets', which the image python:3.11-slim does not have" in msg
+    assert "an image that has 'sklearn'" in msg and DEFAULT_IMAGES["cpu"] in msg
+    assert "startup-hook.sh (python3 -m pip install sklearn)" in msg
+
+
+def test_the_cpu_build_asks_pip_for_bookworms_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DET_TORCH_WHEEL", "/w/torch-2.13.0+cpu-cp311-cp311-x.whl")
+    assert torch_requirement() == "/w/torch-2.13.0+cpu-cp311-cp311-x.whl"
+    args = pip_args(Path("/t"), [torch_requirement(), "numpy"])
+    joined = " ".join(args)
+    assert "--target /t --only-binary=:all: --platform manylinux_2_28_x86_64" in joined
+    assert "--python-version 3.11 --implementation cp --abi cp311" in joined
+
+
+def test_an_unknown_image_kind_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["gpu"])
+    assert e.value.code == 2
+    assert "unknown image gpu: choose from cpu, cuda" in capsys.readouterr().err
