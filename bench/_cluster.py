@@ -6,6 +6,7 @@ import contextlib
 import io
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -148,8 +149,11 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(name: str, slots: int) -> Iterator[Cluster]:
-    """Master (on PostgreSQL `detlab_bench`) + one process-runtime agent with `slots` CPU slots."""
+def cluster(
+    name: str, slots: int, master_yaml: str | None = None, db_name: str = "detlab_bench"
+) -> Iterator[Cluster]:
+    """Master (on PostgreSQL `detlab_bench`) + one process-runtime agent with `slots` CPU slots
+    (no agent with 0 slots: a master whose pools another resource manager runs, `master_yaml`)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = RESULTS / "work" / f"{name}-{stamp}"
     logs = RESULTS / "logs" / f"{name}-{stamp}"
@@ -165,17 +169,26 @@ def cluster(name: str, slots: int) -> Iterator[Cluster]:
     env.pop("DET_MASTER", None)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with database("detlab_bench") as db_url:
+    # DET_BENCH_DB: another name, for runs beside someone else's on one PostgreSQL.
+    with database(os.environ.get("DET_BENCH_DB", db_name)) as db_url:
         procs: list[subprocess.Popen] = []
         try:
             master_cmd = [bin_path("det-master"), "--db", db_url, "--host", "127.0.0.1"]
             master_cmd += ["--port", str(port), "--data-dir", str(work / "master")]
+            if master_yaml is not None:
+                (work / "master.yaml").write_text(master_yaml)
+                master_cmd += ["--config", str(work / "master.yaml")]
             procs.append(spawn(master_cmd, logs / "master.log", env))
             client = Client(Session(url))
             wait_for("master health", lambda: client.health(), 60, procs)
             client.login("admin", password)
+            if slots == 0:
+                yield Cluster(url, db_url, client, work, logs, procs)
+                return
             agent_cmd = [bin_path("det-agent"), "--master", url, "--slots", str(slots)]
             agent_cmd += ["--runtime", "process", "--data-dir", str(work / "master")]
+            # e.g. "--shared-unisolated": the cost of trial isolation, measured both ways.
+            agent_cmd += shlex.split(os.environ.get("DET_BENCH_AGENT_ARGS", ""))
             procs.append(spawn(agent_cmd, logs / "agent.log", env))
             wait_for(
                 f"agent with {slots} slots",

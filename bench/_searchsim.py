@@ -146,7 +146,7 @@ def run_detlab(
     sense, recorded as the value (smaller_is_better=False records maximised values negated).
     """
     sign = 1.0 if smaller_is_better else -1.0
-    metric_name = searcher.config["searcher"]["metric"]
+    metric_name = searcher.config.searcher.metric
     trials: dict[str, _SimTrial] = {}
     queue: deque[str] = deque()
     clock = _Clock(workers)

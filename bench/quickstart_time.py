@@ -64,6 +64,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tupl
 
 def run(reuse_venv: str | None = None, docs: bool = True) -> bool:
     tmp = Path(tempfile.mkdtemp(prefix="detlab-quickstart-"))
+    # A clone where a newcomer keeps one is searchable by others (mkdtemp's is 0700): as root the
+    # agent runs trials as other Unix users, which must reach the clone's .venv and examples.
+    tmp.chmod(0o755)
     clone = tmp / "detlab"
     env = {k: v for k, v in os.environ.items() if not k.startswith("DET_")}
     env.update(

@@ -24,13 +24,17 @@ from bench import (  # noqa: E402
     device_throughput,
     docker_start,
     drill_clients,
+    isolation_cost,
     metrics_ingest,
+    notebook_start,
     provisioner_cost,
     provisioner_decision,
     provisioner_latency,
+    proxy_overhead,
     quickstart_time,
     scheduler_pass,
     search_efficiency,
+    slurm_submit,
     submit_latency,
     trial_overhead,
     trial_throughput,
@@ -43,6 +47,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     benchmarks: dict[str, Callable[[argparse.Namespace], bool]] = {
         submit_latency.NAME: lambda a: submit_latency.run(n=a.submissions, docs=a.docs),
+        slurm_submit.NAME: lambda a: slurm_submit.run(n=a.slurm_rounds, docs=a.docs),
         metrics_ingest.NAME: lambda a: metrics_ingest.run(
             procs=a.processes, reports=a.reports, mlflow=a.mlflow, docs=a.docs
         ),
@@ -61,6 +66,12 @@ def main() -> int:
             first_seed=a.first_seed,
         ),
         trial_overhead.NAME: lambda a: trial_overhead.run(n=a.trials, ray=a.ray, docs=a.docs),
+        isolation_cost.NAME: lambda a: isolation_cost.run(
+            pairs=a.isolation_pairs,
+            trials=a.isolation_trials,
+            submit_pairs=a.isolation_submit_pairs,
+            docs=a.docs,
+        ),
         scheduler_pass.NAME: lambda a: scheduler_pass.run(passes=a.passes, docs=a.docs),
         checkpoint_transfer.NAME: lambda a: checkpoint_transfer.run(
             big_mb=a.big_mb,
@@ -74,6 +85,8 @@ def main() -> int:
         provisioner_cost.NAME: lambda a: provisioner_cost.run(docs=a.docs),
         provisioner_latency.NAME: lambda a: provisioner_latency.run(n=a.launches, docs=a.docs),
         quickstart_time.NAME: lambda a: quickstart_time.run(reuse_venv=a.reuse_venv, docs=a.docs),
+        notebook_start.NAME: lambda a: notebook_start.run(rounds=a.notebook_rounds, docs=a.docs),
+        proxy_overhead.NAME: lambda a: proxy_overhead.run(docs=a.docs),
         drill_clients.NAME: lambda a: drill_clients.run(
             clients=a.clients, seconds=a.drill_seconds, model_mb=a.model_mb, docs=a.docs
         ),
@@ -85,6 +98,7 @@ def main() -> int:
         "--no-docs", dest="docs", action="store_false", help="do not touch docs/benchmarks.md"
     )
     parser.add_argument("--submissions", type=int, default=50, help="submit_latency: N")
+    parser.add_argument("--slurm-rounds", type=int, default=10, help="slurm_submit: rounds")
     parser.add_argument("--docker-submissions", type=int, default=20, help="docker_start: N")
     parser.add_argument("--processes", type=int, default=16, help="metrics_ingest: processes")
     parser.add_argument(
@@ -125,8 +139,17 @@ def main() -> int:
         "--no-ray", dest="ray", action="store_false", help="trial_overhead: skip Ray Tune"
     )
     parser.add_argument("--rounds", type=int, default=15, help="trial_throughput: rounds per side")
+    parser.add_argument(
+        "--isolation-pairs", type=int, default=8, help="isolation_cost: trial_overhead pairs"
+    )
+    parser.add_argument(
+        "--isolation-trials", type=int, default=10, help="isolation_cost: trials a side a pair"
+    )
+    parser.add_argument(
+        "--isolation-submit-pairs", type=int, default=20, help="isolation_cost: submission pairs"
+    )
     parser.add_argument("--device", help="device_throughput: cuda (default when present) or cpu")
-    parser.add_argument("--device-rounds", type=int, default=9, help="device_throughput: rounds")
+    parser.add_argument("--device-rounds", type=int, default=7, help="device_throughput: rounds")
     parser.add_argument("--big-mb", type=int, default=1024, help="checkpoint_transfer: big file")
     parser.add_argument("--small-count", type=int, default=1000, help="checkpoint_transfer")
     parser.add_argument("--small-kb", type=int, default=1024, help="checkpoint_transfer")
@@ -136,6 +159,7 @@ def main() -> int:
     parser.add_argument(
         "--reuse-venv", metavar="PATH", help="quickstart_time: link this venv, skip the install"
     )
+    parser.add_argument("--notebook-rounds", type=int, default=3, help="notebook_start: rounds")
     parser.add_argument("--clients", type=int, default=200, help="drill_clients: clients")
     parser.add_argument(
         "--drill-seconds", type=float, default=60.0, help="drill_clients: seconds of load"

@@ -56,7 +56,7 @@ from bench._searchsim import (
 )
 from bench.objectives import Objective
 from bench.objectives.digits import EXPECTED_SEEDS
-from detlab.expconf import validate_experiment_config
+from detlab.expconf import parse_experiment_config
 from master.searcher import SEARCH_METHODS, make_searcher
 
 NAME = "search_efficiency"
@@ -140,7 +140,7 @@ def searcher_config(
     }
     if name == "adaptive_asha":
         searcher.update(divisor=DIVISOR, max_rungs=MAX_RUNGS, mode="standard", sampler=sampler)
-    return validate_experiment_config(
+    return parse_experiment_config(
         {
             "name": f"bench-{objective.name}",
             "entrypoint": "python3 train.py",
