@@ -7,14 +7,16 @@ journaled before the first part, so a restarted upload asks S3 which parts it al
 restart resumes it; the master's orphan sweep aborts it if nobody does).
 
 Downloads: small objects through the transfer manager (it writes a temp file and renames, so a
-killed download never leaves a half file under the real name); a large object is fetched in
-parallel ranged GETs (`If-Match` its etag) into `<file>.det-part`, each chunk journaled once
-written, then renamed: a restart fetches only the missing chunks.
+killed download never leaves a half file under the real name, though it does leave that temp
+file, `<file>.<8 hex digits>`, which the next download of the same file removes); a large object
+is fetched in parallel ranged GETs (`If-Match` its etag) into `<file>.det-part`, each chunk
+journaled once written, then renamed: a restart fetches only the missing chunks.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -198,6 +200,19 @@ def _range_reader(
     return read
 
 
+def _sweep_temps(target: Path, keep: set[str]) -> None:
+    """Remove the transfer manager's temp files of `target` left by a killed download (it names
+    them `<file>.` plus 8 hex digits), sparing any that is itself a file of the checkpoint."""
+    pattern = re.compile(re.escape(target.name) + r"\.[0-9a-fA-F]{8}")
+    try:
+        siblings = list(target.parent.iterdir())
+    except OSError:
+        return
+    for p in siblings:
+        if p.name not in keep and pattern.fullmatch(p.name) and p.is_file():
+            p.unlink(missing_ok=True)
+
+
 def download_files(
     mgr: S3StorageManager,
     files: list[tuple[str, Path]],
@@ -205,6 +220,7 @@ def download_files(
     journal: Journal,
 ) -> None:
     threshold = mgr.transfer_config.multipart_threshold
+    keep = {k.rsplit("/", 1)[-1] for k in meta}
     with (
         create_transfer_manager(mgr.client, mgr.transfer_config) as tm,
         ThreadPoolExecutor(mgr.concurrency, thread_name_prefix="det-s3-range") as pool,
@@ -227,6 +243,7 @@ def download_files(
                 )
                 continue
             record = {"kind": "file", "key": key, "size": size, "etag": etag}
+            _sweep_temps(target, keep)
             futures.append(
                 tm.download(
                     mgr.bucket, key, str(target), subscribers=[_Record(journal, record, size)]

@@ -26,13 +26,26 @@ PARTS = 6  # big.bin: 6 x 16 MiB parts/chunks (the S3 backend's part size)
 SMALL = 20
 
 RUN = """
-import json, sys
+import json, os, sys, time
 from harness.storage import build
 backend = build(json.loads(sys.argv[1]))
 # One in flight (not 16): the test must catch the transfer half-way to kill it.
 backend.concurrency = 1
 if hasattr(backend, "transfer_config"):
     backend.transfer_config.max_concurrency = 1
+if os.environ.get("STALL_AFTER_FIRST_PART"):
+    # The test kills this process once a part is stored; on a loaded machine its polls are slower
+    # than a local server takes the remaining parts, so the upload stops here until killed.
+    from harness.storage import s3_resume
+
+    put = s3_resume._Multipart._put
+
+    def stall(self, n):
+        fields = put(self, n)
+        time.sleep(600)
+        return fields
+
+    s3_resume._Multipart._put = stall
 getattr(backend, sys.argv[2])(*sys.argv[3:])
 """
 
@@ -55,8 +68,10 @@ def _digests(root: Path) -> dict[str, str]:
     }
 
 
-def _kill_when(args: list[str], storage: dict[str, Any], cond: Callable[[], bool]) -> None:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+def _kill_when(
+    args: list[str], storage: dict[str, Any], cond: Callable[[], bool], **env_extra: str
+) -> None:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), **env_extra)
     proc = subprocess.Popen([sys.executable, "-c", RUN, json.dumps(storage), *args], env=env)
     try:
         deadline = time.monotonic() + 120
@@ -91,7 +106,12 @@ def test_s3_upload_resumes_from_its_parts(s3_storage: dict[str, Any], tmp_path: 
     src = tmp_path / "ckpt"
     _tree(src)
     uuid = str(uuidlib.uuid4())
-    _kill_when(["upload", str(src), uuid], s3_storage, lambda: _parts_stored(s3_storage) >= 1)
+    _kill_when(
+        ["upload", str(src), uuid],
+        s3_storage,
+        lambda: _parts_stored(s3_storage) >= 1,
+        STALL_AFTER_FIRST_PART="1",
+    )
     parts_at_kill = _parts_stored(s3_storage)
     assert parts_at_kill < PARTS
     assert not any(k.endswith("/big.bin") for k in bucket_keys(s3_storage))
@@ -139,6 +159,28 @@ def test_s3_download_resumes_from_its_chunks(s3_storage: dict[str, Any], tmp_pat
     print(f"resumed download: {len(ranged)} of {PARTS} chunks fetched again")
     assert _digests(dst) == want
     assert not jpath.exists() and not (dst / "big.bin.det-part").exists()
+
+
+def test_s3_download_removes_the_temp_files_a_killed_download_left(
+    s3_storage: dict[str, Any], tmp_path: Path
+) -> None:
+    # A download killed while boto3's transfer manager wrote `small07.bin.D22EbEa9` (its temp
+    # name) left that file behind; the next download of small07.bin removes it, and spares a
+    # file that only looks alike.
+    src = tmp_path / "ckpt"
+    src.mkdir()
+    (src / "small07.bin").write_bytes(os.urandom(1024))
+    (src / "small07.bin.0123abcd").write_bytes(b"a file of the checkpoint itself")
+    want = _digests(src)
+    uuid = str(uuidlib.uuid4())
+    build(s3_storage).upload(src, uuid)
+    dst = tmp_path / "dst"
+    dst.mkdir()
+    (dst / "small07.bin.D22EbEa9").write_bytes(b"half a file")
+    (dst / "small07.bin.notes").write_bytes(b"the user's own")
+    build(s3_storage).download(uuid, dst)
+    own = hashlib.sha256(b"the user's own").hexdigest()
+    assert _digests(dst) == {**want, "small07.bin.notes": own}
 
 
 def test_gcs_transfers_skip_finished_files(gcs_storage: dict[str, Any], tmp_path: Path) -> None:
