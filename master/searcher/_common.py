@@ -11,6 +11,7 @@ from master.searcher.base import (
     Create,
     ExitedReason,
     Operation,
+    Resume,
     SearchMethod,
     Shutdown,
     ValidateAfter,
@@ -59,14 +60,16 @@ class IndependentSearch(SearchMethod):
     Subclasses say how many trials there are (`total`), where a trial's hyperparameters come
     from (`_next_hparams`) and whether an INVALID_HP trial is replaced (`replace_invalid`).
     A trial is "running" from its Create until it validates at max_length or exits, then "done";
-    replaced invalid trials are forgotten.
+    replaced invalid trials are forgotten. A trial `det experiment continue` takes up again is
+    "waiting" until it has a slot under max_concurrent_trials, then "running" again.
     """
 
     replace_invalid: bool = False
 
     def __init__(self, config: ExperimentConfig, seed: int) -> None:
         super().__init__(config, seed)
-        self.trials: dict[str, str] = {}  # request id -> "running" | "done", creation order
+        # request id -> "running" | "done" | "waiting", in creation order
+        self.trials: dict[str, str] = {}
         self.results = 0  # trials that validated at max_length
         self.failed = 0  # trials that errored, were canceled, or were invalid (not replaced)
         self.invalid = 0  # INVALID_HP trials, replaced or not
@@ -127,24 +130,30 @@ class IndependentSearch(SearchMethod):
     ) -> list[Operation]:
         # As Determined's replayed search: a trial it knows that did not finish (errored or
         # canceled) trains on to max_length; a replaced INVALID_HP trial stays gone; then the
-        # search creates what it never issued, within max_concurrent_trials.
+        # search creates what it never issued. All of it within max_concurrent_trials: the
+        # unfinished trials wait for a slot like new ones (reopening them all at once ran every
+        # errored trial beside the ones killed mid-run, more than the limit, until they ended).
         if existing is not None:
             # A Create answered while the experiment was being killed made no trial: issue
             # it again.
             for rid in [r for r in self.trials if r not in existing]:
                 del self.trials[rid]
                 self.issued -= 1
-        ops: list[Operation] = []
+            # A trial the master ended COMPLETED without telling the searcher (the experiment
+            # finished around it) holds no slot.
+            reopened = set(request_ids)
+            for rid, status in self.trials.items():
+                if status == "running" and rid not in reopened:
+                    self.trials[rid] = "done"
         for rid in request_ids:
             state = self.trials.get(rid)
             if state is None:
                 continue
             if state == "done":
-                self.failed -= 1
-            self.trials[rid] = "running"
-            ops.append(ValidateAfter(rid, self.max_length))
+                self.failed = max(0, self.failed - 1)
+            self.trials[rid] = "waiting"
         self.shut_down = False
-        return ops + self._fill()
+        return self._fill()
 
     def progress(self, lengths_completed: dict[str, float]) -> float:
         if self.shut_down:
@@ -165,18 +174,27 @@ class IndependentSearch(SearchMethod):
         return sum(1 for state in self.trials.values() if state == "running")
 
     def _fill(self) -> list[Operation]:
-        """Create trials while there is room, and shut down once every trial is done."""
+        """Resume waiting trials, then create new ones, while there is room; shut down once
+        every trial is done."""
         ops: list[Operation] = []
         if self.shut_down:
             return ops
         limit = concurrency_limit(self.config, self.total)
         running = self._running()
+        if running < limit:
+            for rid in [r for r, state in self.trials.items() if state == "waiting"]:
+                if running >= limit:
+                    break
+                self.trials[rid] = "running"
+                running += 1
+                ops += [Resume(rid), ValidateAfter(rid, self.max_length)]
         while self.issued < self.total and running < limit:
             create: Create = self._create(self._next_hparams())
             self.trials[create.request_id] = "running"
             self.issued += 1
             running += 1
             ops += [create, ValidateAfter(create.request_id, self.max_length)]
+        # `running == 0` also means nothing waits: a waiting trial would have taken a slot.
         if self.issued >= self.total and running == 0:
             self.shut_down = True
             # A search in which no trial produced a result has failed.

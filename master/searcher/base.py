@@ -62,7 +62,19 @@ class Stop:
     request_id: str
 
 
-Operation = Create | ValidateAfter | Close | Stop | Shutdown
+@dataclass(frozen=True)
+class Resume:
+    """Take up this ended (errored or canceled) trial again from its latest checkpoint, keeping
+    its id and hyperparameters (`det experiment continue` of a search); a ValidateAfter follows.
+
+    Emitted only when the trial has a free slot under `max_concurrent_trials`, so a continued
+    search never runs more trials at once than a fresh one would.
+    """
+
+    request_id: str
+
+
+Operation = Create | ValidateAfter | Close | Stop | Resume | Shutdown
 
 
 class ExitedReason(StrEnum):
@@ -107,6 +119,8 @@ def operation_to_json(op: Operation) -> dict[str, Any]:
         return {"type": "close", "request_id": op.request_id}
     if isinstance(op, Stop):
         return {"type": "stop", "request_id": op.request_id}
+    if isinstance(op, Resume):
+        return {"type": "resume", "request_id": op.request_id}
     return {"type": "shutdown", "failure": op.failure}
 
 
@@ -121,6 +135,8 @@ def operation_from_json(data: dict[str, Any]) -> Operation:
         return Close(data["request_id"])
     if kind == "stop":
         return Stop(data["request_id"])
+    if kind == "resume":
+        return Resume(data["request_id"])
     if kind == "shutdown":
         return Shutdown(bool(data.get("failure", False)))
     raise ValueError(f"unknown operation type {kind!r}")

@@ -14,6 +14,7 @@ from master.searcher import (
     Create,
     ExitedReason,
     RandomSearch,
+    Resume,
     Shutdown,
     ValidateAfter,
     make_searcher,
@@ -164,7 +165,8 @@ def test_continue_takes_up_unfinished_trials_and_creates_the_rest() -> None:
     s.on_trial_closed(c)  # killed: the search ends with one result
     assert s.shut_down
     ops = s.on_continue_search([b, c])  # the master passes the trials that did not complete
-    assert ops == [ValidateAfter(b, 3), ValidateAfter(c, 3)]  # the same trials, nothing new
+    # The same trials, nothing new.
+    assert ops == [Resume(b), ValidateAfter(b, 3), Resume(c), ValidateAfter(c, 3)]
     assert not s.shut_down and s.failed == 0
     s.on_validation_completed(b, 0.5, 3)
     assert s.on_validation_completed(c, 0.7, 3)[-1] == Shutdown(failure=False)
@@ -180,8 +182,76 @@ def test_continue_creates_trials_a_canceled_search_never_issued() -> None:
     s2 = make_searcher(config(max_trials=3, max_concurrent_trials=1), 1)
     s2.restore(json.loads(json.dumps(s.snapshot())))
     ops = s2.on_continue_search([a], existing={a})
-    assert ops == [ValidateAfter(a, 3)]  # one at a time: the others come as it finishes
+    assert ops == [Resume(a), ValidateAfter(a, 3)]  # one at a time: the others come as it ends
     more = creates(s2.on_validation_completed(a, 0.9, 3))
     assert len(more) == 1 and more[0].request_id != lost.request_id
     last = creates(s2.on_validation_completed(more[0].request_id, 0.8, 3))
     assert len(last) == 1 and s2.issued == 3
+
+
+def _running_after(s: Any, ops: list, running: set[str]) -> set[str]:
+    """The trials with work after `ops`, applied as the master does (a Close ends its trial)."""
+    for op in ops:
+        if isinstance(op, Resume | Create):
+            running.add(op.request_id)
+        elif isinstance(op, Close):
+            running.discard(op.request_id)
+    return running
+
+
+def test_continue_never_runs_more_than_max_concurrent_trials() -> None:
+    # One at a time: a errored (out of restarts), the search moved on to b, the user killed the
+    # experiment while b trained (a kill ends trials without telling the searcher), and c was
+    # never created. Continuing used to reopen a and b together: two trials at once, until
+    # one of them ended.
+    s = make_searcher(config(max_trials=3, max_concurrent_trials=1), 1)
+    (a,) = (c.request_id for c in creates(s.initial_operations()))
+    (b,) = (c.request_id for c in creates(s.on_trial_exited_early(a, ExitedReason.ERRORED)))
+    ops = s.on_continue_search([a, b], existing={a, b})
+    assert ops == [Resume(a), ValidateAfter(a, 3)]  # b waits for a's slot
+    running = _running_after(s, ops, set())
+    seen: list[str] = []
+    while running:
+        assert len(running) <= 1, running
+        rid = sorted(running)[0]
+        seen.append(rid)
+        ops = s.on_validation_completed(rid, 0.5, 3)
+        running.discard(rid)
+        running = _running_after(s, ops, running)
+        assert s.on_trial_closed(rid) == []
+    assert seen[:2] == [a, b] and len(seen) == 3 and s.issued == 3  # then the new one
+    assert s.shut_down and s.results == 3
+
+
+def test_continue_waiting_trials_survive_a_snapshot_and_a_lost_slot() -> None:
+    s = make_searcher(config(max_trials=4, max_concurrent_trials=2), 1)
+    a, b = (c.request_id for c in creates(s.initial_operations()))
+    (c,) = (x.request_id for x in creates(s.on_trial_exited_early(a, ExitedReason.ERRORED)))
+    (d,) = (x.request_id for x in creates(s.on_trial_exited_early(b, ExitedReason.ERRORED)))
+    # Killed with c and d running: four unfinished trials, two slots.
+    ops = s.on_continue_search([a, b, c, d], existing={a, b, c, d})
+    assert ops == [Resume(a), ValidateAfter(a, 3), Resume(b), ValidateAfter(b, 3)]
+    restored = make_searcher(config(max_trials=4, max_concurrent_trials=2), 9)
+    restored.restore(json.loads(json.dumps(s.snapshot())))
+    assert 0.0 <= restored.progress({}) < 1.0
+    # a errors again: c takes its slot (a waiting trial goes before any new one).
+    assert restored.on_trial_exited_early(a, ExitedReason.ERRORED) == [
+        Resume(c),
+        ValidateAfter(c, 3),
+    ]
+    # Events about a trial still waiting are ignored (it has no process).
+    assert restored.on_validation_completed(d, 0.1, 3) == []
+    assert restored.on_trial_closed(b) == [Resume(d), ValidateAfter(d, 3)]
+    restored.on_validation_completed(c, 0.5, 3)
+    assert restored.on_validation_completed(d, 0.5, 3)[-1] == Shutdown(failure=False)
+
+
+def test_continue_frees_the_slot_of_a_trial_that_ended_completed() -> None:
+    # The master ended b COMPLETED without telling the searcher (idle when the experiment
+    # finished): it holds no slot when the search is continued.
+    s = make_searcher(config(max_trials=3, max_concurrent_trials=2), 1)
+    a, b = (c.request_id for c in creates(s.initial_operations()))
+    (c,) = (x.request_id for x in creates(s.on_trial_exited_early(a, ExitedReason.ERRORED)))
+    ops = s.on_continue_search([a, c], existing={a, b, c})
+    assert ops == [Resume(a), ValidateAfter(a, 3), Resume(c), ValidateAfter(c, 3)]
+    assert s.on_trial_closed(b) == []  # a late word about b changes nothing

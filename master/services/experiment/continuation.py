@@ -18,12 +18,17 @@ from master.context import state_lock
 from master.continuation import SEARCHES, check_searcher, continued_hparams, merged_config
 from master.db import db
 from master.errors import BadRequest, Conflict
-from master.models import Checkpoint, Experiment, Trial
-from master.searcher.base import Create, ValidateAfter
+from master.models import Experiment, Trial
+from master.searcher.base import Create, Resume
 from master.services.experiment.experiments import get_experiment, parse_config
-from master.services.experiment.searcher import apply_operations, load_searcher
-from master.services.transitions import continue_experiment_state, continue_trial_state
-from master.states import CheckpointState, State, check_continue
+from master.services.experiment.searcher import (
+    apply_operations,
+    load_searcher,
+    reopen_trial,
+    resume_blocker,
+)
+from master.services.transitions import continue_experiment_state
+from master.states import State, check_continue
 
 
 def continue_experiment(exp_id: int, override_text: str | None) -> Experiment:
@@ -58,9 +63,8 @@ def continue_experiment(exp_id: int, override_text: str | None) -> Experiment:
         hparams = continued_hparams(
             exp.conf.to_json()["hyperparameters"], conf.to_json()["hyperparameters"], trial.hparams
         )
-        _check_latest_checkpoint(trial.latest_checkpoint)
-        why = "continued by the user"
-        continue_experiment_state(exp, why)
+        _check_latest_checkpoint(trial)
+        continue_experiment_state(exp, "continued by the user")
         exp.conf = conf
         exp.name, exp.description = conf.name, conf.description
         if "labels" in override:
@@ -69,13 +73,8 @@ def continue_experiment(exp_id: int, override_text: str | None) -> Experiment:
             exp.resource_pool = conf.resources.resource_pool
             exp.priority, exp.weight = conf.resources.priority, conf.resources.weight
         exp.progress = 0.0
-        continue_trial_state(trial, why)
+        reopen_trial(trial, exp)  # asked for the whole (new) max_length, as in Determined
         trial.hparams = hparams
-        # A fresh operation: the script is asked for the whole (new) max_length and resumes at
-        # the steps its checkpoint holds, as in Determined.
-        trial.searcher_target = trial.searcher_completed = 0
-        trial.closing = False
-        trial.progress = 0.0
         method = load_searcher(exp)
         apply_operations(exp, method, method.on_continue(trial.request_id))
         db.session.commit()
@@ -85,43 +84,30 @@ def continue_experiment(exp_id: int, override_text: str | None) -> Experiment:
 def _continue_search(exp: Experiment, trials: list[Trial]) -> None:
     """A grid or random search as it was: its unfinished trials (errored, canceled) train on
     from their latest checkpoints, keeping their ids, and the trials it never created are
-    created; a completed trial stays completed. 409 when nothing is left to do."""
+    created; a completed trial stays completed. The searcher decides which go now and which
+    wait for a slot (`Resume`, within max_concurrent_trials); `apply_operations` reopens each
+    as its turn comes. 409 when nothing is left to do."""
     unfinished = {t.request_id: t for t in trials if t.state != State.COMPLETED}
     method = load_searcher(exp)
     ops = method.on_continue_search(list(unfinished), {t.request_id for t in trials})
-    reopened = [
-        unfinished[op.request_id]
-        for op in ops
-        if isinstance(op, ValidateAfter) and op.request_id in unfinished
-    ]
-    if not reopened and not any(isinstance(op, Create) for op in ops):
+    if not any(isinstance(op, Resume | Create) for op in ops):
         raise Conflict(
             f"experiment {exp.id} has been completed: every trial of its "
             f"{exp.conf.searcher.name} search finished, there is nothing to continue"
         )
-    for trial in reopened:
-        _check_latest_checkpoint(trial.latest_checkpoint)
-    why = "continued by the user"
-    continue_experiment_state(exp, why)
+    # Every unfinished trial resumes sooner or later: refuse now rather than start one over.
+    for trial in unfinished.values():
+        _check_latest_checkpoint(trial)
+    continue_experiment_state(exp, "continued by the user")
     exp.progress = 0.0
-    for trial in reopened:
-        continue_trial_state(trial, why)
-        trial.searcher_target = trial.searcher_completed = 0
-        trial.closing = False
-        trial.progress = 0.0
     apply_operations(exp, method, ops)
 
 
-def _check_latest_checkpoint(uuid: str | None) -> None:
+def _check_latest_checkpoint(trial: Trial) -> None:
     """A trial whose latest checkpoint was deleted would silently start over: refuse."""
-    if uuid is None:
-        return
-    ckpt = db.session.get(Checkpoint, uuid)
-    if ckpt is not None and ckpt.state != CheckpointState.ACTIVE:
-        raise Conflict(
-            f"the trial's latest checkpoint {uuid} is {ckpt.state.value}; "
-            "continuing would start it over"
-        )
+    why = resume_blocker(trial)
+    if why is not None:
+        raise Conflict(why)
 
 
 def _dump(raw: Any) -> str:

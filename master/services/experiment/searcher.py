@@ -8,7 +8,7 @@ from collections import deque
 from sqlalchemy import select
 
 from master.db import db
-from master.models import Experiment, Trial
+from master.models import Checkpoint, Experiment, Trial
 from master.searcher import (
     Close,
     Create,
@@ -19,11 +19,16 @@ from master.searcher import (
     ValidateAfter,
     make_searcher,
 )
-from master.searcher.base import Stop
+from master.searcher.base import Resume, Stop
 from master.services.task.allocations import live_allocation, request_preemption
 from master.services.task.tasks import create_trial_task
-from master.services.transitions import born, set_experiment_state, set_trial_state
-from master.states import State, is_terminal
+from master.services.transitions import (
+    born,
+    continue_trial_state,
+    set_experiment_state,
+    set_trial_state,
+)
+from master.states import CheckpointState, State, is_terminal
 
 
 def load_searcher(exp: Experiment) -> SearchMethod:
@@ -96,12 +101,57 @@ def apply_operations(exp: Experiment, method: SearchMethod, ops: list[Operation]
                 queue.extend(method.on_trial_closed(op.request_id))
             else:
                 request_preemption(alloc, trial.id)
+        elif isinstance(op, Resume):
+            queue.extend(_resume(exp, method, op.request_id))
         elif isinstance(op, Shutdown) and exp.state in (State.ACTIVE, State.PAUSED):
             if op.failure:
                 set_experiment_state(exp, State.STOPPING_ERROR, "the searcher failed")
             else:
                 set_experiment_state(exp, State.STOPPING_COMPLETED, "the searcher is done")
     exp.searcher_state = method.snapshot()
+
+
+def _resume(exp: Experiment, method: SearchMethod, request_id: str) -> list[Operation]:
+    """A continued search's trial gets its slot: it trains on (see `reopen_trial`)."""
+    trial = _trial_by_request(exp, request_id)
+    if trial is None or exp.state not in (State.ACTIVE, State.PAUSED):
+        return []  # a stopping experiment: a later continue takes it up again
+    if resume_blocker(trial) is not None:
+        # Its latest checkpoint was deleted since the continue: resuming would start it over.
+        # It stays ended, and the search goes on without it.
+        return method.on_trial_exited_early(request_id, ExitedReason.ERRORED)
+    reopen_trial(trial, exp)
+    return []
+
+
+def reopen_trial(trial: Trial, exp: Experiment) -> None:
+    """An ended trial trains on (`det experiment continue`): ACTIVE again (PAUSED with a paused
+    experiment), asked for a fresh operation; its script resumes at the steps its checkpoint
+    holds, as in Determined. Its id, metrics and checkpoints stay."""
+    if not is_terminal(trial.state):
+        return  # live already
+    why = "continued by the user"
+    continue_trial_state(trial, why)
+    if exp.state == State.PAUSED:
+        set_trial_state(trial, State.PAUSED, "its experiment is paused")
+    trial.searcher_target = trial.searcher_completed = 0
+    trial.closing = False
+    trial.progress = 0.0
+
+
+def resume_blocker(trial: Trial) -> str | None:
+    """Why the trial cannot train on from where it was: its latest checkpoint is gone (it would
+    silently start over). None when it can."""
+    uuid = trial.latest_checkpoint
+    if uuid is None:
+        return None
+    ckpt = db.session.get(Checkpoint, uuid)
+    if ckpt is not None and ckpt.state != CheckpointState.ACTIVE:
+        return (
+            f"the trial's latest checkpoint {uuid} is {ckpt.state.value}; "
+            "continuing would start it over"
+        )
+    return None
 
 
 def searcher_validation_metrics(exp: Experiment, trial: Trial, reports: list[dict]) -> None:
