@@ -4,9 +4,11 @@ script that checks its checkpoint's trial id (Determined's Core API tutorial) re
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import Cluster, wait_for
 from tests.compat._util import SCRIPTS, TERMINAL, config
 from tests.integration.test_foundation import submit
 
@@ -125,3 +127,75 @@ def test_continue_takes_up_a_random_searchs_unfinished_trials(cluster: Cluster) 
     # Every trial finished: nothing left to continue (Determined's FailedPrecondition).
     done = cluster.post(f"/experiments/{exp_id}/continue")
     assert done.status_code == 409 and "nothing to continue" in done.text, done.text
+
+
+def test_continued_search_runs_its_unfinished_trials_within_max_concurrent_trials(
+    cluster_factory,  # type: ignore[no-untyped-def]
+) -> None:
+    # Every trial crashes once (after a checkpoint, out of restarts): the search ends ERROR
+    # with three unfinished trials. Continued, they used to be reopened all at once, and with
+    # free slots all three trained together though the search allows one at a time.
+    cluster = cluster_factory()
+    cluster.start_agent("agent-1", slots=3)
+    text = config(
+        cluster,
+        {"name": "random", "max_trials": 3, "max_concurrent_trials": 1},
+        {
+            "max_length": 6,
+            "every": 2,
+            "sleep": 0.3,
+            "fail_at": 4,
+            "lr": {"type": "double", "minval": 0.1, "maxval": 1.0},
+        },
+        max_restarts=0,
+    )
+    exp_id = submit(cluster, text, SCRIPTS)
+    d = cluster.wait_experiment(exp_id, TERMINAL, timeout=240)
+    assert d["experiment"]["state"] == "ERROR", cluster.diagnose(exp_id)
+    failed = sorted(d["trials"], key=lambda t: t["id"])
+    assert [t["state"] for t in failed] == ["ERROR"] * 3, failed
+
+    out = cluster.det("experiment", "continue", str(exp_id)).stdout
+    assert out.strip() == f"Continued experiment {exp_id}"
+    # Sample the trials while the continued search runs: a trial with work (ACTIVE, asked to
+    # train further than it has) holds one of the search's slots; so does a live allocation
+    # of a trial that still has work.
+    most_with_work = most_running = 0
+
+    def ended() -> dict | None:
+        nonlocal most_with_work, most_running
+        now = cluster.experiment(exp_id)
+        with_work = [
+            t
+            for t in now["trials"]
+            if t["state"] == "ACTIVE" and t["searcher_target"] > t["searcher_completed"]
+        ]
+        most_with_work = max(most_with_work, len(with_work))
+        most_running = max(most_running, sum(1 for t in with_work if t["allocation_id"]))
+        return now if now["experiment"]["state"] in TERMINAL else None
+
+    d2 = wait_for(ended, timeout=300, interval=0.05, what=f"experiment {exp_id} to end")
+    assert d2["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
+    assert most_with_work == 1 and most_running == 1, (most_with_work, most_running)
+    again = sorted(d2["trials"], key=lambda t: t["id"])
+    assert [t["id"] for t in again] == [t["id"] for t in failed]  # the same trials
+    assert all(t["state"] == "COMPLETED" and t["steps_completed"] == 6 for t in again), again
+    for trial in again:
+        logs = "\n".join(cluster.logs(trial["id"]))
+        assert "resumed from" in logs and " at 4" in logs, logs[-2000:]
+    # One after another: each resumed trial started after the one before it ended.
+    starts = {
+        t["id"]: min(
+            _when(e["timestamp"])
+            for e in cluster.get(f"/trials/{t['id']}/logs", limit=10000)["logs"]
+            if "resumed from" in e["line"]
+        )
+        for t in again
+    }
+    order = sorted(again, key=lambda t: starts[t["id"]])
+    for before, after in zip(order, order[1:], strict=False):
+        assert starts[after["id"]] >= _when(before["ended_at"]), (before, after, starts)
+
+
+def _when(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))

@@ -3,7 +3,9 @@
 It trains `max_length` (hyperparameter, default 20) fake batches, reports training metrics and
 a checkpoint every `every` batches, validates at the end (`loss` = 1 / (1 + lr * steps)),
 resumes from `latest_checkpoint`, and honours preemption. With `use_ops: true` it drives the
-training length from the deprecated `core_context.searcher.operations()` instead.
+training length from the deprecated `core_context.searcher.operations()` instead. With
+`fail_at: N` a first run (not resumed from a checkpoint) crashes right after its checkpoint at
+batch N; a resumed run goes on.
 """
 
 import json
@@ -48,6 +50,8 @@ def train(core_context, start, end, hparams, trial_id):
                 steps_completed=steps, metrics={"loss": loss}
             )
             save(core_context, steps, trial_id)
+            if start == 0 and steps == hparams.get("fail_at"):
+                raise RuntimeError(f"failing at {steps}, as asked (fail_at)")
             if core_context.preempt.should_preempt():
                 print(f"preempted at {steps}", flush=True)
                 return steps, False
