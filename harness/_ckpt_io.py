@@ -35,15 +35,20 @@ def ranked_checkpoints(
     smaller_is_better: bool | None = None,
     limit: int | None = None,
     validated_only: bool = False,
+    trial_id: int | None = None,
 ) -> list[Mapping[str, Any]]:
-    """The experiment's checkpoints, best first by `sort_by` (default: its searcher metric)."""
+    """The experiment's checkpoints (only trial `trial_id`'s, if given), best first by
+    `sort_by` (default: its searcher metric)."""
     exp = client.get_experiment(exp_id)
     metric = sort_by or exp.get("searcher_metric") or "loss"
     if smaller_is_better is None:
         if sort_by is not None and sort_by != exp.get("searcher_metric"):
             raise ValueError(f"sorting by {sort_by!r} needs smaller_is_better (true or false)")
         smaller_is_better = bool(exp.get("smaller_is_better", True))
-    ckpts = client.list_checkpoints(experiment_id=exp_id)
+    if trial_id is None:
+        ckpts = client.list_checkpoints(experiment_id=exp_id)
+    else:
+        ckpts = client.list_trial_checkpoints(trial_id)
     return rank(
         ckpts,
         validations_for(client, ckpts),
@@ -51,4 +56,44 @@ def ranked_checkpoints(
         smaller_is_better,
         validated_only=validated_only,
         limit=limit,
+    )
+
+
+# Determined's CheckpointSortBy values that name a checkpoint attribute -> its field here.
+ATTRIBUTES = {
+    "SORT_BY_UUID": "uuid",
+    "SORT_BY_TRIAL_ID": "trial_id",
+    "SORT_BY_BATCH_NUMBER": "steps_completed",
+    "SORT_BY_END_TIME": "reported_at",
+    "SORT_BY_STATE": "state",
+}
+
+
+def trial_checkpoints(
+    client: Client,
+    exp_id: int,
+    trial_id: int,
+    *,
+    metric: str | None = None,
+    attribute: str | None = None,
+    ascending: bool | None = None,
+    limit: int | None = None,
+) -> list[Mapping[str, Any]]:
+    """A trial's checkpoints as Determined's GetTrialCheckpoints sorts them: by a checkpoint
+    `attribute` (an ATTRIBUTES key), or by a validation `metric` at each checkpoint's step
+    (default: the searcher metric, best first); `ascending` None means the metric's own order."""
+    if attribute is not None and attribute in ATTRIBUTES:
+        field = ATTRIBUTES[attribute]
+        ckpts: list[Mapping[str, Any]] = list(client.list_trial_checkpoints(trial_id))
+        present = [c for c in ckpts if c.get(field) is not None]
+        present.sort(key=lambda c: c[field], reverse=ascending is False)
+        out = present + [c for c in ckpts if c.get(field) is None]
+        return out if limit is None else out[: max(limit, 0)]
+    return ranked_checkpoints(
+        client,
+        exp_id,
+        sort_by=metric,
+        smaller_is_better=ascending,
+        limit=limit,
+        trial_id=trial_id,
     )

@@ -31,6 +31,17 @@ class OrderBy(enum.Enum):
     DESC = "DESC"
 
 
+class CheckpointSortBy(enum.Enum):
+    """Determined's checkpoint attributes to sort by (`Trial.list_checkpoints(sort_by=)`)."""
+
+    UUID = "SORT_BY_UUID"
+    TRIAL_ID = "SORT_BY_TRIAL_ID"
+    BATCH_NUMBER = "SORT_BY_BATCH_NUMBER"
+    END_TIME = "SORT_BY_END_TIME"
+    STATE = "SORT_BY_STATE"
+    SEARCHER_METRIC = "SORT_BY_SEARCHER_METRIC"
+
+
 @dataclass(frozen=True)
 class TrialMetrics:
     """One report. `end_time` is when the master received it; `trial_run_id` is not tracked
@@ -189,20 +200,104 @@ class Trial:
 
     logs = iter_logs
 
-    def list_checkpoints(self, *_: Any, **__: Any) -> list[Checkpoint]:
-        return [Checkpoint(self._client, c) for c in self._client.list_trial_checkpoints(self.id)]
+    def list_checkpoints(
+        self,
+        sort_by: str | CheckpointSortBy | None = None,
+        order_by: OrderBy | None = None,
+        max_results: int | None = None,
+    ) -> list[Checkpoint]:
+        """Determined's call: by default best first by the searcher metric reported at each
+        checkpoint's step; `sort_by` a validation metric's name or a `CheckpointSortBy`
+        attribute, with `order_by` (both or neither)."""
+        from harness._ckpt_io import trial_checkpoints
 
-    get_checkpoints = list_checkpoints
+        if (sort_by is None) != (order_by is None):
+            raise AssertionError("sort_by and order_by must be either both set, or neither.")
+        if sort_by is not None and not isinstance(sort_by, str | CheckpointSortBy):
+            raise ValueError("sort_by must be of type CheckpointSortBy or str")
+        ascending = None if order_by is None else order_by.value == "ASC"
+        attribute = sort_by.value if isinstance(sort_by, CheckpointSortBy) else None
+        metric = sort_by if isinstance(sort_by, str) else None
+        raw = trial_checkpoints(
+            self._client,
+            self.experiment_id,
+            self.id,
+            metric=metric,
+            attribute=attribute,
+            ascending=ascending,
+            limit=max_results,
+        )
+        return [Checkpoint(self._client, dict(c)) for c in raw]
 
-    def top_checkpoint(self, *_: Any, **__: Any) -> Checkpoint | None:
-        ckpts = self.list_checkpoints()
-        return max(ckpts, key=lambda c: c.steps_completed or 0) if ckpts else None
+    def get_checkpoints(
+        self, sort_by: str | CheckpointSortBy | None = None, order_by: OrderBy | None = None
+    ) -> list[Checkpoint]:
+        """Deprecated in 0.38 (FutureWarning): `list_checkpoints`."""
+        _deprecated("Trial.get_checkpoints()", "Trial.list_checkpoints()")
+        return self.list_checkpoints(sort_by, order_by)
+
+    def top_checkpoint(
+        self, sort_by: str | None = None, smaller_is_better: bool | None = None
+    ) -> Checkpoint:
+        """Deprecated in 0.38 (FutureWarning): the checkpoint with the best validation metric
+        (`sort_by`, default the searcher metric)."""
+        _deprecated("Trial.top_checkpoint()", "Trial.list_checkpoints(..., max_results=1)")
+        return self._best(sort_by, smaller_is_better)
+
+    def select_checkpoint(
+        self,
+        latest: bool = False,
+        best: bool = False,
+        uuid: str | None = None,
+        sort_by: str | None = None,
+        smaller_is_better: bool | None = None,
+    ) -> Checkpoint:
+        """Deprecated in 0.38 (FutureWarning): exactly one of `latest`, `best` (by `sort_by`
+        and `smaller_is_better`, default the searcher's) or `uuid`."""
+        _deprecated("Trial.select_checkpoint()", "Trial.list_checkpoints()")
+        if sum([int(latest), int(best), int(uuid is not None)]) != 1:
+            raise AssertionError("Exactly one of latest, best, or uuid must be set")
+        if (sort_by is None) != (smaller_is_better is None):
+            raise AssertionError("sort_by and smaller_is_better must be set together")
+        if sort_by is not None and not best:
+            raise AssertionError(
+                "`sort_by` and `smaller_is_better` parameters can only be used with `best`"
+            )
+        if uuid is not None:
+            return Checkpoint(self._client, self._client.get_checkpoint(uuid))
+        if latest:
+            found = self.list_checkpoints(CheckpointSortBy.BATCH_NUMBER, OrderBy.DESC, 1)
+            if not found:
+                raise ValueError("No checkpoints found for criteria.")
+            return found[0]
+        return self._best(sort_by, smaller_is_better)
+
+    def _best(self, sort_by: str | None, smaller_is_better: bool | None) -> Checkpoint:
+        order = None
+        if sort_by:
+            order = OrderBy.ASC if smaller_is_better else OrderBy.DESC
+        found = self.list_checkpoints(sort_by, order, 1)
+        if not found:
+            raise ValueError("No checkpoints found for criteria.")
+        return found[0]
 
     def get_experiment(self) -> Experiment:
         return Experiment(self._client, self.experiment_id)
 
     def kill(self) -> None:
-        self._client.kill_experiment(self.experiment_id)
+        """Kill this trial (only it: the experiment's other trials go on)."""
+        self._client.kill_trial(self.id)
+
+
+def _deprecated(call: str, instead: str) -> None:
+    import warnings
+
+    warnings.warn(
+        f"{call} has been deprecated and will be removed in a future version. "
+        f"Please call {instead} instead.",
+        FutureWarning,
+        stacklevel=3,
+    )
 
 
 class Experiment:

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness._sdk_objects import (
     Checkpoint,
+    CheckpointSortBy,
     Experiment,
     ExperimentState,
     OrderBy,
@@ -295,6 +296,7 @@ def stream_trials_validation_metrics(trial_ids: list[int]) -> Iterator[TrialMetr
 
 __all__ = [
     "Checkpoint",
+    "CheckpointSortBy",
     "Determined",
     "Experiment",
     "ExperimentState",

@@ -291,6 +291,10 @@ class Client(TaskCalls, RegistryCalls, MasterCalls):
         """
         return self._follow_logs(f"/trials/{trial_id}/logs", after, timeout, max_outage)
 
+    def kill_trial(self, trial_id: int) -> JSON:
+        """Kill one trial (Determined's POST /api/v1/trials/ID/kill); its experiment goes on."""
+        return self.session.post(f"/trials/{trial_id}/kill", {})["trial"]
+
     def list_trial_checkpoints(self, trial_id: int) -> list[JSON]:
         return self.session.get(f"/trials/{trial_id}/checkpoints")["checkpoints"]
 

@@ -113,10 +113,20 @@ def continue_experiment(cli: Cli, args: argparse.Namespace) -> int:
 def register_more(s: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """Adds continue, download, set, label, ...; returns `set`'s fields (others add to it)."""
     x = s.add_parser(
-        "continue", help="train an ended single-trial experiment's trial on from its checkpoint"
+        "continue",
+        help="train an ended experiment's trial (or a grid/random search's unfinished ones) on",
     )
     x.add_argument("id", type=int, metavar="ID")
-    x.add_argument("config_file", nargs="?", type=argparse.FileType("r"), metavar="CONFIG_FILE")
+    # Determined 0.38.1 spells it `--config-file FILE`; the positional form is detlab's own.
+    files = x.add_mutually_exclusive_group()
+    files.add_argument("config_file", nargs="?", type=argparse.FileType("r"), metavar="CONFIG_FILE")
+    files.add_argument(
+        "--config-file",
+        dest="config_file",
+        type=argparse.FileType("r"),
+        metavar="FILE",
+        help="experiment config overrides (.yaml)",
+    )
     x.add_argument("-f", "--follow-first-trial", action="store_true", help="follow its logs")
     x.add_argument(
         "--config",
@@ -144,7 +154,7 @@ def register_more(s: argparse._SubParsersAction) -> argparse._SubParsersAction:
     x = s.add_parser("set", help="set description|name|max-slots|priority|weight")
     fields = x.add_subparsers(dest="field", metavar="FIELD", required=True)
     for name in ("description", "name", "max-slots", "priority", "weight"):
-        f = fields.add_parser(name)
+        f = fields.add_parser(name, help=f"set the experiment's {name.replace('-', ' ')}")
         f.add_argument("id", type=int, metavar="ID")
         f.add_argument("value", metavar="VALUE")
         f.set_defaults(func=set_field)

@@ -1,4 +1,4 @@
-"""`det trial describe|metrics|logs`."""
+"""`det trial describe|metrics|logs` (`download|kill`: trial_more.py)."""
 
 from __future__ import annotations
 
@@ -191,6 +191,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ends.add_argument("--head", type=_count, metavar="N", help="only the first N lines")
     ends.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
     x.set_defaults(func=logs)
+
+    from harness.cli.trial_more import add_commands
+
+    add_commands(s)
 
 
 def _count(value: str) -> int:

@@ -100,6 +100,18 @@ def early_exit(trial_id: int) -> ResponseReturnValue:
     return jsonify({})
 
 
+@bp.post("/trials/<int:trial_id>/kill")
+def kill(trial_id: int) -> ResponseReturnValue:
+    """Determined's KillTrial: the trial's experiment owner or an admin."""
+    from master.api.experiments import _may_steer
+    from master.services.trial.kill import kill_trial
+
+    _may_steer(svc.get_trial(trial_id).experiment)
+    trial = kill_trial(trial_id)
+    request_schedule()
+    return jsonify({"trial": svc.trial_json(trial)})
+
+
 @bp.post("/trials/<int:trial_id>/unmanaged/exit")
 def unmanaged_exit(trial_id: int) -> ResponseReturnValue:
     """An unmanaged trial's script says it has ended (`core_v2.close()`)."""

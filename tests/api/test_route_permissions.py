@@ -157,6 +157,8 @@ TABLE = [
       url="/trials/{trial}/searcher/operation"),
     # A managed trial: nobody ends it this way (its token passes the check, then 400: not
     # unmanaged). tests/compat/test_core_v2.py covers an unmanaged trial's owner.
+    R("POST", "/trials/<int:trial_id>/kill",                         "401 403 200 200 403 403 403",
+      url="/trials/{new_trial}/kill"),
     R("POST", "/trials/<int:trial_id>/unmanaged/exit",              "401 403 403 403 403 400 403",
       url="/trials/{trial}/unmanaged/exit", body=lambda w: {"exit_code": 0}),
     R("POST", "/trials/<int:trial_id>/early_exit",                  "401 403 403 403 403 200 403",
@@ -353,6 +355,12 @@ class World:
         r = self.client.post(f"/api/v1/experiments/{exp_id}/kill", headers=self.tokens["owner"])
         assert self.ok(r)["experiment"]["state"] == "CANCELED", r.json
         return exp_id
+
+    def new_trial(self) -> int:
+        """A queued trial of the owner's (its experiment's trial has no process yet)."""
+        exp_id = self.new_exp()
+        r = self.client.get(f"/api/v1/experiments/{exp_id}", headers=self.tokens["owner"])
+        return int(self.ok(r)["trials"][0]["id"])
 
     def new_model(self) -> str:
         name = self.new_name()

@@ -55,6 +55,15 @@ def test_continue_trains_the_same_trial_on_from_its_latest_checkpoint(cluster: C
     states = cluster.det("experiment", "describe", str(exp_id), "--json").stdout
     assert '"COMPLETED"' in states
 
+    # Determined 0.38.1's spelling of the override file: `--config-file FILE`.
+    more = cluster.tmp / "longer.yaml"
+    more.write_text("searcher:\n  max_length: 12\n")
+    cluster.det("experiment", "continue", str(exp_id), "--config-file", str(more))
+    d3 = cluster.wait_experiment(exp_id, TERMINAL, timeout=240)
+    assert d3["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
+    (third,) = d3["trials"]
+    assert third["id"] == trial["id"] and third["steps_completed"] == 12
+
 
 def test_continue_refuses_what_it_cannot_continue(cluster: Cluster) -> None:
     text = config(
