@@ -82,16 +82,35 @@ def download(cli: Cli, args: argparse.Namespace) -> int:
     from harness.storage.fetch import download as fetch
 
     dest = Path(args.output or Path("checkpoints") / args.uuid)
+    # Determined's `--mode master` is detlab's --via-master; `direct` and `auto` both read the
+    # storage straight when this machine can (detlab falls back to the master on its own).
+    via_master = args.via_master or args.mode == "master"
     try:
-        dest, how = fetch(cli.client(), args.uuid, dest, via_master=args.via_master)
+        dest, how = fetch(cli.client(), args.uuid, dest, via_master=via_master)
     except FileNotFoundError as e:
         raise CliError(str(e)) from e
-    cli.out.write(f"Downloaded checkpoint {args.uuid} to {dest} ({how})\n")
+    if args.quiet:
+        cli.out.write(f"{dest}\n")
+    else:
+        cli.out.write(f"Downloaded checkpoint {args.uuid} to {dest} ({how})\n")
     return 0
+
+
+def _uuids(values: list[str]) -> list[str]:
+    """UUIDs as Determined takes them (`uuid1,uuid2`) or space-separated, in order, once each."""
+    out: list[str] = []
+    for value in values:
+        for uuid in value.split(","):
+            if uuid.strip() and uuid.strip() not in out:
+                out.append(uuid.strip())
+    if not out:
+        raise CliError("no checkpoint UUID given")
+    return out
 
 
 def delete(cli: Cli, args: argparse.Namespace) -> int:
     client = cli.client()
+    args.uuids = _uuids(args.uuids)
     if not args.yes:
         total = 0
         for uuid in args.uuids:
@@ -118,7 +137,7 @@ def confirm(cli: Cli, question: str) -> bool:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("checkpoint", help="list and download checkpoints")
+    p = sub.add_parser("checkpoint", aliases=["c"], help="list and download checkpoints")
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     x = s.add_parser("list", aliases=["ls"], help="checkpoints of an experiment or a trial")
@@ -136,11 +155,25 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     x = s.add_parser("download", help="fetch a checkpoint's files")
     x.add_argument("uuid", metavar="UUID")
-    x.add_argument("-o", "--output", metavar="DIR", help="default: ./checkpoints/UUID")
+    x.add_argument(
+        "-o",
+        "--output-dir",
+        "--output",
+        dest="output",
+        metavar="DIR",
+        help="default: ./checkpoints/UUID",
+    )
+    x.add_argument("-q", "--quiet", action="store_true", help="only print the path")
     x.add_argument("--via-master", action="store_true", help="always go through the master")
+    x.add_argument(
+        "--mode",
+        choices=["auto", "direct", "master"],
+        default="auto",
+        help="Determined's download modes: master = --via-master",
+    )
     x.set_defaults(func=download)
 
     x = s.add_parser("delete", help="delete checkpoints (not registered ones)")
-    x.add_argument("uuids", nargs="+", metavar="UUID")
+    x.add_argument("uuids", nargs="+", metavar="UUID", help="UUIDs, or uuid1,uuid2 as Determined")
     x.add_argument("-y", "--yes", action="store_true", help="do not ask first")
     x.set_defaults(func=delete)

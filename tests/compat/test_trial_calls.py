@@ -133,3 +133,36 @@ def test_sdk_trial_kill_ends_only_that_trial(cluster: Cluster) -> None:
     other = client.Determined(master=cluster.url, user="mallory", password="mallory-pass-1")
     with pytest.raises(Exception, match="only its owner or an admin"):
         other.get_trial(trial.id).kill()
+
+
+def test_checkpoint_cli_as_determined_spells_it(cluster: Cluster, tmp_path: Path) -> None:
+    # `det c` (Determined's short form), `--output-dir`, `-q`, `--mode master`, and `delete`
+    # with Determined's comma-separated UUIDs.
+    storage = {"type": "shared_fs", "host_path": str(cluster.ckpt_dir), "save_trial_latest": 5}
+    text = config(
+        cluster,
+        {"name": "single"},
+        {"max_length": 4, "every": 2, "lr": 1.0},
+        checkpoint_storage=storage,
+    )
+    exp_id = submit(cluster, text, SCRIPTS)
+    d = cluster.wait_experiment(exp_id, TERMINAL, timeout=240)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
+    (trial,) = d["trials"]
+    uuids = [c["uuid"] for c in cluster.get(f"/trials/{trial['id']}/checkpoints")["checkpoints"]]
+    assert len(uuids) == 2
+    out = cluster.det("c", "download", uuids[0], "--output-dir", str(tmp_path / "a"), "-q")
+    assert out.stdout.strip() == str(tmp_path / "a")
+    assert (tmp_path / "a" / "state.json").is_file()
+    via = cluster.det(
+        "checkpoint", "download", uuids[1], "--mode", "master", "-o", str(tmp_path / "m")
+    ).stdout
+    assert via.strip().endswith("(through the master)"), via
+    assert (tmp_path / "m" / "state.json").is_file()
+    bad = cluster.det("c", "download", uuids[0], "--mode", "sideways", check=False)
+    assert bad.returncode == 2 and "invalid choice: 'sideways'" in bad.stderr
+    out = cluster.det("c", "delete", ",".join(uuids), "--yes").stdout
+    assert out.startswith("Deleting 2 checkpoint(s)"), out
+    for uuid in uuids:
+        state = cluster.get(f"/checkpoints/{uuid}")["checkpoint"]["state"]
+        assert state in ("DELETING", "DELETED"), state
