@@ -285,6 +285,18 @@ def _action(name: str, past: str) -> Callable[[Cli, argparse.Namespace], int]:
 
 def logs(cli: Cli, args: argparse.Namespace) -> int:
     client = cli.client()
+    if args.head is not None or args.tail is not None:
+        # Determined's `det e logs --head/--tail N`: the first trial's logs, as `det t logs`.
+        from harness.cli import trial as trial_cli
+
+        trials = client.list_experiment_trials(args.id)
+        if not trials:
+            raise CliError(f"experiment {args.id} has no trial yet")
+        first = min(t["id"] for t in trials)
+        return trial_cli.logs(
+            cli,
+            argparse.Namespace(id=first, follow=args.follow, head=args.head, tail=args.tail),
+        )
     if args.follow:
         state = follow_experiment(client, args.id, show_progress=False, show_states=False)
         return 0 if state == "COMPLETED" else 1
@@ -401,6 +413,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     x = s.add_parser("logs", help="logs of the experiment's trials")
     x.add_argument("id", type=int, metavar="ID")
     x.add_argument("-f", "--follow", action="store_true", help="keep printing until it ends")
+    from harness.cli.trial import _count
+
+    ends = x.add_mutually_exclusive_group()
+    ends.add_argument("--head", type=_count, metavar="N", help="the first trial's first N lines")
+    ends.add_argument("--tail", type=_count, metavar="N", help="the first trial's last N lines")
     x.set_defaults(func=logs)
 
     from harness.cli import experiment_gc

@@ -149,6 +149,11 @@ def test_checkpoint_cli_as_determined_spells_it(cluster: Cluster, tmp_path: Path
     d = cluster.wait_experiment(exp_id, TERMINAL, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
     (trial,) = d["trials"]
+    # `det e logs ID --tail/--head N`: the first trial's, as `det t logs`.
+    for flag in ("--tail", "--head"):
+        exp_lines = cluster.det("e", "logs", str(exp_id), flag, "2").stdout
+        trial_lines = cluster.det("t", "logs", str(trial["id"]), flag, "2").stdout
+        assert exp_lines == trial_lines and len(exp_lines.splitlines()) == 2, exp_lines
     uuids = [c["uuid"] for c in cluster.get(f"/trials/{trial['id']}/checkpoints")["checkpoints"]]
     assert len(uuids) == 2
     out = cluster.det("c", "download", uuids[0], "--output-dir", str(tmp_path / "a"), "-q")
