@@ -37,6 +37,9 @@ def create(cli: Cli, args: argparse.Namespace) -> int:
         metadata=_json_arg(args.metadata, "--metadata"),
         notes=args.notes,
     )
+    if args.json:
+        print_json(cli, m)
+        return 0
     cli.out.write(f"Created model {m['name']} (id {m['id']})\n")
     return 0
 
@@ -146,7 +149,24 @@ def register_version(cli: Cli, args: argparse.Namespace) -> int:
         metadata=_json_arg(args.metadata, "--metadata"),
         labels=args.label or None,
     )
+    if args.json:
+        print_json(cli, v)
+        return 0
     cli.out.write(f"Registered checkpoint {args.uuid} as {args.name} version {v['version']}\n")
+    return 0
+
+
+def move(cli: Cli, args: argparse.Namespace) -> int:
+    """Determined's `det model move NAME WORKSPACE`: detlab has one workspace."""
+    from harness._sdk_registry import DEFAULT_WORKSPACE
+
+    cli.client().get_model(args.name)
+    if args.workspace_name != DEFAULT_WORKSPACE:
+        raise CliError(
+            f"detlab has one workspace, {DEFAULT_WORKSPACE!r}; there is no "
+            f"{args.workspace_name!r} to move model {args.name!r} to"
+        )
+    cli.out.write(f"Model {args.name} is in {DEFAULT_WORKSPACE} (nothing to move)\n")
     return 0
 
 
@@ -230,6 +250,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--label", action="append", help="repeatable")
     x.add_argument("--metadata", help="a JSON object")
     x.add_argument("--notes")
+    add_json_flag(x)
     x.set_defaults(func=create)
 
     x = s.add_parser("list", aliases=["ls"], help="models (--all: archived too)")
@@ -253,7 +274,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--comment", "-c")
     x.add_argument("--metadata", help="a JSON object")
     x.add_argument("--label", action="append")
+    add_json_flag(x)
     x.set_defaults(func=register_version)
+
+    x = s.add_parser("move", help="move to a workspace (detlab has only the default)")
+    x.add_argument("name", metavar="NAME")
+    x.add_argument("workspace_name", metavar="WORKSPACE")
+    x.set_defaults(func=move)
 
     x = s.add_parser("alias", help="point an alias at a version (or remove it)")
     ss = x.add_subparsers(dest="alias_action", metavar="ACTION", required=True)

@@ -110,6 +110,20 @@ def test_kill_one_trial_and_download_a_trials_checkpoints(cluster: Cluster, tmp_
     with pytest.warns(FutureWarning), pytest.raises(AssertionError, match="Exactly one"):
         trial.select_checkpoint(latest=True, best=True)
 
+    # The registry commands scripts parse (`--json`), and `det model move`.
+    made = json.loads(cluster.det("model", "create", "trial-calls", "--json").stdout)
+    assert made["name"] == "trial-calls"
+    version = json.loads(
+        cluster.det(
+            "m", "register-version", "trial-calls", second["latest_checkpoint"], "--json"
+        ).stdout
+    )
+    assert version["version"] == 1
+    moved = cluster.det("model", "move", "trial-calls", "Uncategorized").stdout
+    assert "nothing to move" in moved
+    away = cluster.det("model", "move", "trial-calls", "research", check=False)
+    assert away.returncode == 1 and "detlab has one workspace" in away.stderr
+
 
 def test_sdk_trial_kill_ends_only_that_trial(cluster: Cluster) -> None:
     from harness.experimental import client
