@@ -135,6 +135,18 @@ class Checkpoint:
     def remove_metadata(self, keys: list[str]) -> None:
         self._set(self._client.patch_checkpoint_metadata(self.uuid, remove=keys))
 
+    def delete(self) -> None:
+        """Delete the checkpoint (its files go with the master's GC; a registered one is
+        refused)."""
+        self._client.delete_checkpoints([self.uuid])
+        self.reload()
+
+    def write_metadata_file(self, path: str) -> None:
+        """The checkpoint's metadata as JSON at `path` (Determined writes metadata.json)."""
+        import json
+
+        Path(path).write_text(json.dumps(self.metadata, indent=2, sort_keys=True))
+
     def get_metrics(self, group: str | None = None) -> Iterator[TrialMetrics]:
         """The reports of its trial up to the checkpoint's step."""
         if self.trial_id is None:
@@ -446,6 +458,16 @@ class Experiment:
 
     def delete(self) -> None:
         self._client.delete_experiment(self.id)
+
+    def delete_tensorboard_files(self) -> None:
+        self._client.delete_tensorboard_files(self.id)
+
+    def move_to_project(self, workspace_name: str, project_name: str) -> None:
+        """detlab has one workspace and project: moving there is a no-op, anywhere else a
+        LookupError naming it."""
+        from harness._sdk_registry import get_workspace
+
+        get_workspace(workspace_name).get_project(project_name)
 
     def pause(self) -> None:
         self._client.pause_experiment(self.id)

@@ -53,12 +53,41 @@ class Model:
 
     def __init__(self, session: Client, raw: dict[str, Any]) -> None:
         self._client = session
+        self._set(raw)
+
+    def _set(self, raw: dict[str, Any]) -> None:
         self._raw = raw
         self.name: str = raw["name"]
         self.model_id: int | None = raw.get("id")
         self.description: str | None = raw.get("description")
+        self.notes: str | None = raw.get("notes")
         self.metadata: dict[str, Any] = dict(raw.get("metadata") or {})
         self.labels: list[str] = list(raw.get("labels") or [])
+
+    def reload(self) -> None:
+        self._set(self._client.get_model(self.name))
+
+    def _patch(self, **fields: Any) -> None:
+        self._set(self._client.patch_model(self.name, **fields))
+
+    def set_name(self, name: str) -> None:
+        self._patch(name=name)
+
+    def set_notes(self, notes: str) -> None:
+        self._patch(notes=notes)
+
+    def set_labels(self, labels: list[str]) -> None:
+        self._patch(labels=list(labels))
+
+    def add_metadata(self, metadata: dict[str, Any]) -> None:
+        """Top-level keys of `metadata` replace the model's (Determined's merge)."""
+        self._patch(metadata=metadata)
+
+    def remove_metadata(self, keys: list[str]) -> None:
+        self._patch(remove_metadata=list(keys))
+
+    def move_to_workspace(self, workspace_name: str) -> None:
+        get_workspace(workspace_name)  # refuses any but the one workspace: nothing to move
 
     def get_version(self, version: int | str = -1) -> ModelVersion:
         """Version `n`, an alias name, or -1 for the newest (as in Determined)."""
@@ -91,8 +120,7 @@ class Model:
         self._client.set_model_alias(self.name, alias, version)
 
     def set_description(self, description: str) -> None:
-        self._raw = self._client.patch_model(self.name, description=description)
-        self.description = description
+        self._patch(description=description)
 
     def archive(self) -> None:
         self._client.archive_model(self.name, True)

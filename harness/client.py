@@ -184,6 +184,44 @@ class Determined:
     def whoami(self) -> User:
         return User.from_raw(self._client.me())
 
+    def list_users(self, active: bool | None = None) -> list[User]:
+        users = [User.from_raw(u) for u in self._client.list_users()]
+        return [u for u in users if active is None or u.active == active]
+
+    def get_user_by_name(self, user_name: str) -> User:
+        for user in self.list_users():
+            if user.username == user_name:
+                return user
+        raise LookupError(f"no user named {user_name!r}")
+
+    def get_user_by_id(self, user_id: int) -> User:
+        for user in self.list_users():
+            if user.user_id == user_id:
+                return user
+        raise LookupError(f"no user with id {user_id}")
+
+    def create_user(self, username: str, admin: bool, password: str | None = None) -> User:
+        """A new user (admins only). detlab users need a password: None is refused."""
+        if password is None:
+            raise ValueError("detlab users log in with a password: pass password=")
+        return User.from_raw(self._client.create_user(username, password, admin=admin))
+
+    def get_model_by_id(self, model_id: int) -> Model:
+        for model in self.list_models(model_id=model_id):
+            return model
+        raise LookupError(f"no model with id {model_id}")
+
+    def get_model_labels(self) -> list[str]:
+        """Every label used by a model, most used first (as Determined orders them)."""
+        counts: dict[str, int] = {}
+        for model in self.list_models():
+            for label in model.labels:
+                counts[label] = counts.get(label, 0) + 1
+        return sorted(counts, key=lambda label: (-counts[label], label))
+
+    def logout(self) -> None:
+        self._client.logout()
+
     def get_session_username(self) -> str:
         return self.whoami().username
 
@@ -255,6 +293,38 @@ def create_model(name: str, description: str | None = None, **fields: Any) -> Mo
     return _d().create_model(name, description, **fields)
 
 
+def get_model_by_id(model_id: int) -> Model:
+    return _d().get_model_by_id(model_id)
+
+
+def get_model_labels() -> list[str]:
+    return _d().get_model_labels()
+
+
+def list_users(active: bool | None = None) -> list[User]:
+    return _d().list_users(active)
+
+
+def get_user_by_name(user_name: str) -> User:
+    return _d().get_user_by_name(user_name)
+
+
+def get_user_by_id(user_id: int) -> User:
+    return _d().get_user_by_id(user_id)
+
+
+def create_user(username: str, admin: bool, password: str | None = None) -> User:
+    return _d().create_user(username, admin, password)
+
+
+def logout() -> None:
+    """Revoke the session of the module-level functions (the next call logs in again)."""
+    global _default
+    if _default is not None:
+        _default.logout()
+    _default = None
+
+
 def get_models(*args: Any, **kwargs: Any) -> list[Model]:
     return _d().get_models(*args, **kwargs)
 
@@ -313,18 +383,25 @@ __all__ = [
     "Workspace",
     "create_experiment",
     "create_model",
+    "create_user",
     "get_checkpoint",
     "get_experiment",
     "get_model",
+    "get_model_by_id",
+    "get_model_labels",
     "get_models",
     "get_session_username",
     "get_trial",
+    "get_user_by_id",
+    "get_user_by_name",
     "get_workspace",
     "iter_trials_metrics",
     "list_experiments",
     "list_models",
+    "list_users",
     "list_workspaces",
     "login",
+    "logout",
     "stream_trials_metrics",
     "stream_trials_training_metrics",
     "stream_trials_validation_metrics",

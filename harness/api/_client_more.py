@@ -24,7 +24,7 @@ class RegistryCalls:
     def get_model(self, name: str) -> JSON:
         return self.session.get(f"/models/{name}")["model"]
 
-    def patch_model(self, name: str, **fields: Any) -> JSON:
+    def patch_model(self, name: str, /, **fields: Any) -> JSON:
         return self.session.patch(f"/models/{name}", fields)["model"]
 
     def archive_model(self, name: str, archived: bool = True) -> JSON:

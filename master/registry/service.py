@@ -131,6 +131,13 @@ def patch_model(m: Model, body: dict) -> Model:
         m.labels = _labels(body) or []
     if "metadata" in body:
         m.metadata_ = {**(m.metadata_ or {}), **(_metadata(body) or {})}
+    if "remove_metadata" in body:
+        # `metadata` merges (top-level keys replaced); these keys go (the SDK's
+        # Model.remove_metadata). A missing key is not an error, as in Determined.
+        gone = body["remove_metadata"]
+        if not isinstance(gone, list) or not all(isinstance(k, str) for k in gone):
+            raise BadRequest("remove_metadata must be a list of key names", path="remove_metadata")
+        m.metadata_ = {k: v for k, v in (m.metadata_ or {}).items() if k not in set(gone)}
     m.updated_at = utcnow()
     db.session.commit()
     return m

@@ -105,3 +105,19 @@ def test_a_model_version_name_longer_than_its_column_is_refused(
     r = client.post("/api/v1/models/m1/versions", json=long, headers=auth)
     assert r.status_code == 400 and r.json["error"]["path"] == "name", r.json
     assert client.get("/api/v1/models/m1/versions", headers=auth).json["model_versions"] == []
+
+
+def test_a_models_metadata_keys_are_removed_by_name_and_a_bad_list_refused(
+    client: FlaskClient,
+) -> None:
+    auth = login(client)
+    body = {"name": "meta", "metadata": {"a": 1, "b": {"c": 2}}}
+    assert client.post("/api/v1/models", json=body, headers=auth).status_code == 201
+    r = client.patch("/api/v1/models/meta", json={"remove_metadata": ["a", "zz"]}, headers=auth)
+    assert r.status_code == 200 and r.json["model"]["metadata"] == {"b": {"c": 2}}, r.json
+    for bad in ("a", [1], {"a": 1}, [["a"]]):
+        r = client.patch("/api/v1/models/meta", json={"remove_metadata": bad}, headers=auth)
+        assert r.status_code == 400 and r.json["error"]["path"] == "remove_metadata", r.json
+    assert client.get("/api/v1/models/meta", headers=auth).json["model"]["metadata"] == {
+        "b": {"c": 2}
+    }

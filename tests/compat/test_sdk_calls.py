@@ -3,6 +3,7 @@ its docs show them, against a real cluster."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,44 @@ def test_sdk_calls_of_determined_0_38(cluster: Cluster, tmp_path: Path) -> None:
     assert ws.name == "Uncategorized" and [p.name for p in ws.list_projects()] == ["Uncategorized"]
     with pytest.raises(LookupError, match="no workspaces or projects"):
         client.get_workspace("research")
+
+    # Model edits, users and labels, as Determined 0.38's SDK spells them.
+    model.set_labels(["vision", "prod"])
+    model.add_metadata({"owner": "lab", "stage": "dev"})
+    model.remove_metadata(["stage"])
+    model.set_notes("trained on the toy set")
+    model.reload()
+    assert (model.labels, model.metadata, model.notes) == (
+        ["vision", "prod"],
+        {"owner": "lab"},
+        "trained on the toy set",
+    )
+    model.move_to_workspace("Uncategorized")  # the one workspace: nothing moves
+    with pytest.raises(LookupError, match="no workspaces or projects"):
+        model.move_to_workspace("research")
+    assert client.get_model_by_id(model.model_id).name == "sdk-model"
+    client.get_model("another").set_labels(["prod"])
+    assert client.get_model_labels() == ["prod", "vision"]  # most used first
+    model.set_name("sdk-model-2")
+    assert client.get_model("sdk-model-2").model_id == model.model_id
+    made = client.create_user("carol", admin=False, password="carol-password-1")
+    assert client.get_user_by_name("carol") == made and not made.admin
+    assert client.get_user_by_id(made.user_id).username == "carol"
+    assert "carol" in [u.username for u in client.list_users()]
+    with pytest.raises(ValueError, match="password"):
+        client.create_user("dave", admin=False)
+    exp.move_to_project("Uncategorized", "Uncategorized")
+    with pytest.raises(LookupError, match="project 'other'"):
+        exp.move_to_project("Uncategorized", "other")
+    exp.delete_tensorboard_files()
+
+    # A checkpoint's metadata file and its deletion.
+    meta = tmp_path / "metadata.json"
+    ckpt.write_metadata_file(str(meta))
+    assert json.loads(meta.read_text())["nested"] == {"a": 1}
+    doomed = next(c for c in exp.list_checkpoints() if c.uuid != ckpt.uuid)
+    doomed.delete()
+    assert doomed.state in ("DELETING", "DELETED")
+    client.logout()
+    with pytest.raises(Exception):  # noqa: B017 - logged out: the next call must log in again
+        client.Determined(master=cluster.url, user="admin", password="wrong").whoami()
