@@ -143,6 +143,9 @@ def test_sdk_calls_of_determined_0_38(cluster: Cluster, tmp_path: Path) -> None:
     doomed = next(c for c in exp.list_checkpoints() if c.uuid != ckpt.uuid)
     doomed.delete()
     assert doomed.state in ("DELETING", "DELETED")
+    session = client.Determined(master=cluster.url, user="admin", password=ADMIN_PASSWORD)
+    assert session.whoami().username == "admin"
+    session.logout()  # the token is revoked: this session's next call is refused
+    with pytest.raises(Exception, match="401|log in|token"):
+        session.whoami()
     client.logout()
-    with pytest.raises(Exception):  # noqa: B017 - logged out: the next call must log in again
-        client.Determined(master=cluster.url, user="admin", password="wrong").whoami()
