@@ -7,7 +7,7 @@ import json
 from flask import Flask
 from flask.testing import FlaskClient
 
-from master.services.task.tensorboards import group_sources, may_read_storage
+from master.services.task.tensorboards import group_sources, may_read_storage, storage_mounts
 from tests.api.conftest import login, submit
 
 CONFIG = """
@@ -27,6 +27,21 @@ def test_sources_are_grouped_by_experiment() -> None:
         {"experiment_id": 1, "trial_ids": [3], "storage": {"a": 1}},
         {"experiment_id": 2, "trial_ids": [5, 7], "storage": {"b": 2}},
     ]
+
+
+def test_a_container_gets_each_shared_fs_source_read_only_once() -> None:
+    """On the docker runtime the TensorBoard reads shared_fs storage through bind mounts at the
+    paths trials wrote to; object storage needs none."""
+    other = {"type": "shared_fs", "host_path": "/srv/ckpt", "storage_path": "team"}
+    sources = group_sources(
+        [(1, 1), (2, 2), (3, 3), (4, 4)],
+        {1: SHARED, 2: S3, 3: other, 4: dict(SHARED)},
+    )
+    assert storage_mounts(sources) == [
+        {"host_path": "/srv/ckpt", "container_path": "/srv/ckpt", "read_only": True},
+        {"host_path": SHARED["host_path"], "container_path": SHARED["host_path"], "read_only": True},
+    ]
+    assert storage_mounts(group_sources([(1, 1)], {1: S3})) == []
 
 
 def test_only_owners_and_admins_get_storage_credentials() -> None:

@@ -53,6 +53,21 @@ def group_sources(
     ]
 
 
+def storage_mounts(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pure: the read-only bind mounts a TensorBoard in a container needs to read its sources'
+    shared_fs storage (each `host_path` at the same path, as trials see it; object storage needs
+    none). A process on an agent's host reads the same paths and ignores them."""
+    storages = [s["storage"] for s in sources]
+    paths = sorted(
+        {
+            str(st["host_path"])
+            for st in storages
+            if st.get("type", "shared_fs") == "shared_fs" and st.get("host_path")
+        }
+    )
+    return [{"host_path": p, "container_path": p, "read_only": True} for p in paths]
+
+
 def may_read_storage(
     storage: dict[str, Any], owner_id: int | None, user_id: int, admin: bool
 ) -> bool:
@@ -152,8 +167,11 @@ def create_tensorboard(
             priority=res["priority"],
             preemptible=res["preemptible"],
             spec={
-                "entrypoint": ["python", "-m", "harness.tb_serve"],
+                # python3: images have it (Debian's has no `python`); on a process agent it is
+                # the agent's interpreter, as for notebooks.
+                "entrypoint": ["python3", "-m", "harness.tb_serve"],
                 "environment": req["environment"],
+                "bind_mounts": storage_mounts(sources),
                 "proxy": True,
                 "idle_timeout": req["idle_timeout"],  # as a notebook's (master/services/idle)
                 "experiment_ids": req["experiment_ids"],
