@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -39,7 +40,11 @@ def test_a_container_gets_each_shared_fs_source_read_only_once() -> None:
     )
     assert storage_mounts(sources) == [
         {"host_path": "/srv/ckpt", "container_path": "/srv/ckpt", "read_only": True},
-        {"host_path": SHARED["host_path"], "container_path": SHARED["host_path"], "read_only": True},
+        {
+            "host_path": SHARED["host_path"],
+            "container_path": SHARED["host_path"],
+            "read_only": True,
+        },
     ]
     assert storage_mounts(group_sources([(1, 1)], {1: S3})) == []
 
@@ -106,3 +111,33 @@ def test_start_resolves_trials_and_refuses_clearly(app: Flask, client: FlaskClie
     r = client.post("/api/v1/commands", json={"config": {"entrypoint": ["true"]}}, headers=admin)
     cmd = r.json["command"]["id"]
     assert client.get(f"/api/v1/tensorboards/{cmd}", headers=admin).status_code == 400
+
+
+def _idle_timeouts(app: Flask, client: FlaskClient, configs: list[dict]) -> list[float | None]:
+    from master.db import db
+    from master.models import Task
+
+    admin = login(client)
+    exp = submit(client, admin, CONFIG % json.dumps(SHARED))["experiment"]["id"]
+    ids = []
+    for config in configs:
+        r = client.post(
+            "/api/v1/tensorboards", json={"experiment_ids": [exp], "config": config}, headers=admin
+        )
+        assert r.status_code == 201, r.json
+        ids.append(r.json["tensorboard"]["id"])
+    with app.app_context():
+        return [(db.session.get(Task, i).spec or {}).get("idle_timeout") for i in ids]
+
+
+def test_a_tensorboard_without_idle_timeout_gets_the_clusters_300_s(
+    app: Flask, client: FlaskClient
+) -> None:
+    """Determined's master default `tensorboard_timeout: 300`; a config's own one wins."""
+    got = _idle_timeouts(app, client, [{}, {"idle_timeout": "2h"}])
+    assert got == [300.0, 7200.0]
+
+
+@pytest.mark.parametrize("app", [{"tensorboard_timeout": None}], indirect=True)
+def test_tensorboard_timeout_null_means_never(app: Flask, client: FlaskClient) -> None:
+    assert _idle_timeouts(app, client, [{}, {"idle_timeout": 45}]) == [None, 45.0]

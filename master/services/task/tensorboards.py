@@ -22,7 +22,7 @@ from master.errors import BadRequest, Forbidden, NotFound
 from master.models import Experiment, Task, Trial
 from master.services.queue.kicker import request_schedule
 from master.services.task.commands import parse_resources_environment
-from master.services.task.notebooks import parse_duration
+from master.services.task.notebooks import cluster_idle_timeout, parse_duration
 from master.services.task.task_config import split
 from master.services.transitions import born
 from master.states import TaskState, TaskType
@@ -150,6 +150,7 @@ def create_tensorboard(
 ) -> tuple[Task, list[str]]:
     """The task, queued, and warnings naming the config keys it does not act on."""
     req = parse_tensorboard_request(body)
+    req["idle_timeout"] = cluster_idle_timeout(req["idle_timeout"], "tensorboard_timeout")
     res = req["resources"]
     task_id = str(uuid.uuid4())
     with state_lock():
