@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -113,21 +114,22 @@ def test_start_resolves_trials_and_refuses_clearly(app: Flask, client: FlaskClie
     assert client.get(f"/api/v1/tensorboards/{cmd}", headers=admin).status_code == 400
 
 
-def _idle_timeouts(app: Flask, client: FlaskClient, configs: list[dict]) -> list[float | None]:
+def _idle_timeouts(app: Flask, client: FlaskClient, configs: list[dict]) -> list[Any]:
     from master.db import db
     from master.models import Task
 
     admin = login(client)
     exp = submit(client, admin, CONFIG % json.dumps(SHARED))["experiment"]["id"]
-    ids = []
+    ids: list[str] = []
     for config in configs:
         r = client.post(
             "/api/v1/tensorboards", json={"experiment_ids": [exp], "config": config}, headers=admin
         )
-        assert r.status_code == 201, r.json
+        assert r.status_code == 201 and r.json is not None, r.json
         ids.append(r.json["tensorboard"]["id"])
     with app.app_context():
-        return [(db.session.get(Task, i).spec or {}).get("idle_timeout") for i in ids]
+        tasks = [db.session.get(Task, i) for i in ids]
+        return [(t.spec or {}).get("idle_timeout") if t else "missing" for t in tasks]
 
 
 def test_a_tensorboard_without_idle_timeout_gets_the_clusters_300_s(

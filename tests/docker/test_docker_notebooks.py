@@ -171,6 +171,7 @@ def test_a_notebook_still_answers_through_the_proxy_after_its_agent_restarts(
         assert execute(ws, "x + 1") == "43"  # the kernel's state outlived the agent
     finally:
         ws.close()
-    for task in (nb, second):
-        dcluster.det("notebook", "kill", task["id"])
-        wait_for(lambda t=task: _ended(dcluster, "notebook", t["id"]), 120, what="CANCELED")
+    ids = (nb["id"], second["id"])
+    for task_id in ids:
+        dcluster.det("notebook", "kill", task_id)
+    wait_for(lambda: all(_ended(dcluster, "notebook", i) for i in ids), 120, what="both CANCELED")

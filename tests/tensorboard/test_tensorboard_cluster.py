@@ -9,6 +9,7 @@ import math
 import os
 import re
 import time
+from typing import Any
 
 import pytest
 import requests
@@ -136,8 +137,8 @@ def test_a_tensorboard_in_use_stays_and_an_idle_one_is_reaped(cluster_factory) -
 
 
 def test_the_clusters_tensorboard_timeout_reaps_a_tensorboard_without_its_own(
-    cluster_factory,
-) -> None:  # type: ignore[no-untyped-def]
+    cluster_factory: Any,
+) -> None:
     """master.yaml's `tensorboard_timeout` (Determined's key, seconds; 300 when absent) is the
     idle timeout of a TensorBoard whose config sets none; one that sets its own keeps it."""
     cluster = cluster_factory(master_yaml="idle_check_interval: 0.5\ntensorboard_timeout: 3\n")
