@@ -36,6 +36,7 @@ def validate_config_text(text: str) -> dict:
 
 
 def create(cli: Cli, args: argparse.Namespace) -> int:
+    _check_create_flags(args)
     try:
         text = Path(args.config).read_text()
     except OSError as e:
@@ -146,6 +147,24 @@ TRIAL_COLUMNS: list[Column] = [
     ("CHECKPOINT", "latest_checkpoint"),
     ("HPARAMS", lambda t: " ".join(f"{k}={cell(v)}" for k, v in (t.get("hparams") or {}).items())),
 ]
+
+
+def _check_create_flags(args: argparse.Namespace) -> None:
+    """Determined 0.38.1's flags detlab cannot honour fail naming why (not as a usage error)."""
+    from harness._sdk_registry import DEFAULT_PROJECT, Project
+
+    if args.project_id is not None and args.project_id != Project().id:
+        raise CliError(
+            f"--project_id {args.project_id}: detlab has one project, {DEFAULT_PROJECT!r} "
+            f"(id {Project().id}); every experiment is in it"
+        )
+    if args.local:
+        raise CliError(
+            "--local is not supported: detlab runs experiments on the cluster "
+            "(use --test to check a model definition there)"
+        )
+    if args.publish:
+        raise CliError("-p/--publish is not supported: detlab does not proxy trial ports")
 
 
 def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
@@ -314,7 +333,9 @@ def print_all_experiment_logs(client: Client, exp_id: int) -> None:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("experiment", aliases=["e"], help="create and manage experiments")
-    s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    s = p.add_subparsers(dest="action", metavar="ACTION")
+    # As Determined's: `det e` alone lists your experiments.
+    p.set_defaults(func=list_experiments, all=False, state=None, csv=False, json=False)
 
     x = s.add_parser("create", help="validate CONFIG, upload MODEL_DIR, start the experiment")
     x.add_argument("config", metavar="CONFIG", help="experiment config (YAML)")
@@ -363,6 +384,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="validate the config locally and on the master without creating anything",
     )
+    x.add_argument(
+        "--project_id",
+        "--project-id",
+        dest="project_id",
+        type=int,
+        metavar="ID",
+        help="Determined's project: detlab has one (Uncategorized, id 1)",
+    )
+    x.add_argument("--local", action="store_true", help=argparse.SUPPRESS)
+    x.add_argument("-p", "--publish", action="append", default=[], help=argparse.SUPPRESS)
     x.add_argument(
         "--fail-if-cannot-fit",
         action="store_true",

@@ -163,6 +163,19 @@ def test_checkpoint_cli_as_determined_spells_it(cluster: Cluster, tmp_path: Path
     d = cluster.wait_experiment(exp_id, TERMINAL, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
     (trial,) = d["trials"]
+    # `det e` alone lists the experiments, as Determined's does.
+    assert cluster.det("e").stdout == cluster.det("e", "list").stdout
+    assert f"{exp_id}" in cluster.det("e").stdout
+    # `det e create` flags Determined has and detlab cannot honour fail naming why.
+    cfg = cluster.tmp / "one.yaml"
+    cfg.write_text(text)
+    for flags, why in (
+        (["--project_id", "7"], "detlab has one project, 'Uncategorized' (id 1)"),
+        (["--local"], "--local is not supported"),
+        (["-p", "8080"], "-p/--publish is not supported"),
+    ):
+        r = cluster.det("e", "create", str(cfg), str(SCRIPTS), *flags, check=False)
+        assert r.returncode == 1 and why in r.stderr, (flags, r.stderr)
     # `det e logs ID --tail/--head N`: the first trial's, as `det t logs`.
     for flag in ("--tail", "--head"):
         exp_lines = cluster.det("e", "logs", str(exp_id), flag, "2").stdout
