@@ -121,6 +121,13 @@ def link_with_agent_user(cli: Cli, args: argparse.Namespace) -> int:
     return 0
 
 
+def set_active(cli: Cli, args: argparse.Namespace) -> int:
+    """`det user activate|deactivate NAME` (admins): a deactivated user cannot log in."""
+    cli.client().patch_user(args.name, active=args.active)
+    cli.out.write(f"{'Activated' if args.active else 'Deactivated'} user {args.name}\n")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("user", aliases=["u"], help="log in and manage users")
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -145,6 +152,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--admin", action="store_true", help="give the user admin rights")
     x.add_argument("--password", help="the new user's password (default: prompt)")
     x.set_defaults(func=create)
+
+    for action, active in (("activate", True), ("deactivate", False)):
+        x = s.add_parser(action, help=f"{action} user NAME (admin)")
+        x.add_argument("name")
+        x.set_defaults(func=set_active, active=active)
 
     x = s.add_parser("change-password", help="change your (or, as admin, NAME's) password")
     x.add_argument("name", nargs="?")

@@ -148,6 +148,16 @@ def test_sdk_trial_kill_ends_only_that_trial(cluster: Cluster) -> None:
     with pytest.raises(Exception, match="only its owner or an admin"):
         other.get_trial(trial.id).kill()
 
+    # `det user deactivate|activate NAME` (admins), as Determined's.
+    out = cluster.det("u", "deactivate", "mallory").stdout
+    assert out.strip() == "Deactivated user mallory"
+    assert client.get_user_by_name("mallory").active is False
+    with pytest.raises(Exception):  # noqa: B017 - a deactivated user cannot log in
+        client.Determined(master=cluster.url, user="mallory", password="mallory-pass-1")
+    cluster.det("user", "activate", "mallory")
+    back = client.Determined(master=cluster.url, user="mallory", password="mallory-pass-1")
+    assert back.whoami().active is True
+
 
 def test_checkpoint_cli_as_determined_spells_it(cluster: Cluster, tmp_path: Path) -> None:
     # `det c` (Determined's short form), `--output-dir`, `-q`, `--mode master`, and `delete`
