@@ -199,14 +199,46 @@ def list_experiments(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def describe(cli: Cli, args: argparse.Namespace) -> int:
-    detail = cli.client().describe_experiment(args.id)
+    """`det e describe ID` or, as Determined's, `ID1,ID2,...` (each in turn; `--json`: a list)."""
+    ids: list[int] = args.id
+    if len(ids) == 1:
+        return _describe_one(cli, ids[0], args.json)
     if args.json:
-        from harness.cli.experiment_gc import checkpoint_usage
-
-        if (usage := checkpoint_usage(cli, args.id)) is not None:
-            detail["checkpoints"] = usage
-        print_json(cli, detail)
+        print_json(cli, [_detail(cli, exp_id) for exp_id in ids])
         return 0
+    for i, exp_id in enumerate(ids):
+        if i:
+            cli.out.write("\n")
+        _describe_one(cli, exp_id, False)
+    return 0
+
+
+def _ids(value: str) -> list[int]:
+    try:
+        ids = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an experiment ID or comma-separated IDs (1,2,3), not {value!r}"
+        ) from None
+    if not ids:
+        raise argparse.ArgumentTypeError("expected an experiment ID")
+    return list(dict.fromkeys(ids))
+
+
+def _detail(cli: Cli, exp_id: int) -> dict:
+    from harness.cli.experiment_gc import checkpoint_usage
+
+    detail = cli.client().describe_experiment(exp_id)
+    if (usage := checkpoint_usage(cli, exp_id)) is not None:
+        detail["checkpoints"] = usage
+    return detail
+
+
+def _describe_one(cli: Cli, exp_id: int, as_json: bool) -> int:
+    if as_json:
+        print_json(cli, _detail(cli, exp_id))
+        return 0
+    detail = cli.client().describe_experiment(exp_id)
     exp = detail["experiment"]
     exp = {
         **exp,
@@ -238,7 +270,7 @@ def describe(cli: Cli, args: argparse.Namespace) -> int:
     )
     from harness.cli.experiment_gc import describe_checkpoints
 
-    describe_checkpoints(cli, args.id)
+    describe_checkpoints(cli, exp_id)
     cli.out.write("\n")
     lengths = detail.get("rung_lengths") or []
     metric = exp.get("searcher_metric")
@@ -413,7 +445,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.set_defaults(func=list_experiments)
 
     x = s.add_parser("describe", help="an experiment and its trials")
-    x.add_argument("id", type=int, metavar="ID")
+    x.add_argument("id", type=_ids, metavar="ID[,ID...]")
     add_json_flag(x)
     x.set_defaults(func=describe)
 

@@ -234,7 +234,7 @@ def test_parse_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DET_MASTER", "http://m:1")
     assert build_parser().parse_args(["agent", "list"]).master == "http://m:1"
     args = build_parser().parse_args(["e", "describe", "3", "--json"])
-    assert args.id == 3 and args.json
+    assert args.id == [3] and args.json  # a list: Determined's describe takes 1,2,3
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -289,6 +289,21 @@ def test_describe_trial_agents_checkpoints(
     assert json.loads(capsys.readouterr().out)[0]["uuid"] == "c-1"
     assert run(url, "user", "list", "--json") == 0
     assert json.loads(capsys.readouterr().out)[0]["username"] == "ann"
+
+
+def test_describe_several_experiments_as_determined(
+    cluster: tuple[Cluster, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Determined's `det e describe 1,7`: each in turn; --json a list.
+    _, url = cluster
+    assert run(url, "experiment", "describe", "1,7", "--json") == 0
+    assert [d["experiment"]["id"] for d in json.loads(capsys.readouterr().out)] == [1, 7]
+    assert run(url, "e", "describe", "1,7,1") == 0
+    out = capsys.readouterr().out
+    assert f"{url}/experiments/1" in out and f"{url}/experiments/7" in out
+    assert out.count("Searcher metric:") == 2  # the repeated 1 is described once
+    assert run(url, "e", "describe", "1,x") == 2
+    assert "comma-separated IDs (1,2,3), not '1,x'" in capsys.readouterr().err
 
 
 def test_logs(cluster: tuple[Cluster, str], capsys: pytest.CaptureFixture[str]) -> None:
