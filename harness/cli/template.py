@@ -27,6 +27,12 @@ def list_templates(cli: Cli, args: argparse.Namespace) -> int:
         templates,
         [("NAME", "name"), ("UPDATED", lambda t: when(t.get("updated_at")))],
     )
+    if args.details:  # Determined's -d: each template's config too
+        client = cli.client()
+        for t in templates:
+            config = yaml.safe_dump(client.get_template(t["name"])["config"], sort_keys=False)
+            indented = "".join(f"  {line}\n" for line in config.splitlines())
+            cli.out.write(f"\n{t['name']}:\n{indented}")
     return 0
 
 
@@ -96,6 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("template", aliases=["tpl"], help="configuration templates")
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     x = s.add_parser("list", aliases=["ls"], help="list templates")
+    x.add_argument("-d", "--details", action="store_true", help="show each template's config")
     add_json_flag(x)
     x.set_defaults(func=list_templates)
     x = s.add_parser("describe", help="show a template")

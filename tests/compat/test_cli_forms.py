@@ -37,6 +37,8 @@ def test_templates_merge_at_submit_and_render_their_sources(cluster: Cluster) ->
     }
     cluster.det("template", "set", "base", write(cluster, "tpl.yaml", template))
     assert [t["name"] for t in cluster.det_json("template", "list")] == ["base"]
+    details = cluster.det("tpl", "list", "-d").stdout  # Determined's --details: the configs
+    assert "\nbase:\n" in details and "  max_restarts: 2\n" in details, details
     assert cluster.det_json("template", "describe", "base")["config"]["max_restarts"] == 2
     config = {
         "name": "templated",
