@@ -134,11 +134,19 @@ def metrics(cli: Cli, args: argparse.Namespace) -> int:
 
 def logs(cli: Cli, args: argparse.Namespace) -> int:
     """All of a trial's logs; `--head N` the first N lines, `--tail N` the last N (then, with
-    `-f`, what follows), as Determined's `det trial logs`."""
+    `-f`, what follows), as Determined's `det trial logs`; `--json` one JSON object a line."""
     client = cli.client()
+    show: Callable[..., None] = print_log_line
+    if getattr(args, "json", False):
+        import json
+
+        def show(tid: int, log: dict[str, Any], prefix: bool = True) -> None:
+            cli.out.write(json.dumps({"trial_id": tid, **log}, sort_keys=True) + "\n")
+            cli.out.flush()
+
     if args.follow and args.tail is None:
         for log in client.follow_trial_logs(args.id):
-            print_log_line(args.id, log, prefix=False)
+            show(args.id, log, prefix=False)
         return 0
     from collections import deque
 
@@ -154,15 +162,15 @@ def logs(cli: Cli, args: argparse.Namespace) -> int:
         shown += len(lines)
         for log in lines:
             if args.tail is None:
-                print_log_line(args.id, log, prefix=False)
+                show(args.id, log, prefix=False)
             else:
                 last.append(log)
         after = int(lines[-1].get("seq", after))
     for log in last:
-        print_log_line(args.id, log, prefix=False)
+        show(args.id, log, prefix=False)
     if args.follow:
         for log in client.follow_trial_logs(args.id, after=after):
-            print_log_line(args.id, log, prefix=False)
+            show(args.id, log, prefix=False)
     return 0
 
 
@@ -190,6 +198,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     ends = x.add_mutually_exclusive_group()
     ends.add_argument("--head", type=_count, metavar="N", help="only the first N lines")
     ends.add_argument("--tail", type=_count, metavar="N", help="only the last N lines")
+    add_json_flag(x)
     x.set_defaults(func=logs)
 
     from harness.cli.trial_more import add_commands

@@ -191,6 +191,13 @@ def test_checkpoint_cli_as_determined_spells_it(cluster: Cluster, tmp_path: Path
         exp_lines = cluster.det("e", "logs", str(exp_id), flag, "2").stdout
         trial_lines = cluster.det("t", "logs", str(trial["id"]), flag, "2").stdout
         assert exp_lines == trial_lines and len(exp_lines.splitlines()) == 2, exp_lines
+    as_json = cluster.det("t", "logs", str(trial["id"]), "--tail", "2", "--json").stdout
+    records = [json.loads(line) for line in as_json.splitlines()]
+    tail_text = cluster.det("t", "logs", str(trial["id"]), "--tail", "2").stdout.splitlines()
+    assert len(records) == 2 and all(
+        text.endswith(r["line"]) for r, text in zip(records, tail_text, strict=True)
+    ), (records, tail_text)
+    assert all(r["trial_id"] == trial["id"] and "timestamp" in r for r in records)
     uuids = [c["uuid"] for c in cluster.get(f"/trials/{trial['id']}/checkpoints")["checkpoints"]]
     assert len(uuids) == 2
     out = cluster.det("c", "download", uuids[0], "--output-dir", str(tmp_path / "a"), "-q")
