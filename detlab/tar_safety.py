@@ -1,4 +1,5 @@
-"""What a user's tar archive may hold before any of it is written to disk (pure: no I/O).
+"""What a user's tar archive may hold before any of it is written to disk (no file system I/O:
+the caller decides what to do with each member).
 
 A task's `--context` is an archive its owner made, unpacked on an agent's machine: it must
 never write outside the task's directory, nor create device files, nor fill the disk. The
@@ -10,9 +11,13 @@ hard links to a file of the archive itself; relative names without `..`; bounded
 
 from __future__ import annotations
 
+import gzip
 import posixpath
 import tarfile
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import IO
 
 # What unpacking a context may write at most. A context is at most ~96 MiB compressed (the
 # master's `max_model_def_bytes`): these bounds stop a compression bomb, not an honest upload.
@@ -23,6 +28,10 @@ MAX_NAME_CHARS = 4096
 
 class UnsafeArchive(ValueError):
     """The archive holds something that may not be unpacked (the message names it)."""
+
+
+class CorruptArchive(ValueError):
+    """The archive is not a .tar.gz that reads to its end (the message says where it broke)."""
 
 
 def clean_name(name: str) -> str:
@@ -110,3 +119,25 @@ def check_member(member: tarfile.TarInfo, files: dict[str, int], budget: Budget)
         else "not a file, directory or link"
     )
     raise UnsafeArchive(f"member {member.name!r} is {kind}")
+
+
+def safe_members(
+    fileobj: IO[bytes], budget: Budget | None = None
+) -> Iterator[tuple[tarfile.TarFile, tarfile.TarInfo, str]]:
+    """Each member of the .tar.gz `fileobj`, in order, with its clean name, once checked
+    (`check_member`): read as a stream, never seeking. The gzip stream is read to its end, so a
+    truncated or altered archive fails its CRC (CorruptArchive) even past the tar's last member.
+    """
+    files: dict[str, int] = {}
+    budget = budget or Budget()
+    try:
+        with (
+            gzip.GzipFile(fileobj=fileobj, mode="rb") as gz,
+            tarfile.open(fileobj=gz, mode="r|") as tar,
+        ):
+            for member in tar:
+                yield tar, member, check_member(member, files, budget)
+            while gz.read(1 << 20):
+                pass
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        raise CorruptArchive(f"not a readable .tar.gz archive: {e or type(e).__name__}") from e

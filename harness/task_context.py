@@ -16,18 +16,17 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tarfile
 import tempfile
-import zlib
 from pathlib import Path
 from typing import IO
 
 from detlab.tar_safety import (
     MAX_UNPACKED_BYTES,
     Budget,
+    CorruptArchive,
     UnsafeArchive,
-    check_member,
     clean_name,
+    safe_members,
 )
 
 COPY = 1 << 20
@@ -71,33 +70,27 @@ def _write(path: Path, src: IO[bytes], size: int, mode: int, mtime: float) -> No
 
 
 def unpack(archive: IO[bytes], dest: Path) -> int:
-    """Unpack the .tar(.gz) `archive` into `dest`; the number of members. UnsafeArchive for a
-    member that may not be unpacked, ContextError for a corrupt archive."""
+    """Unpack the .tar.gz `archive` into `dest`; the number of members. UnsafeArchive for a
+    member that may not be unpacked, CorruptArchive for one that does not read to its end."""
     root = dest.resolve()
-    files: dict[str, int] = {}
     budget = Budget()
     links: list[tuple[str, str]] = []
-    try:
-        with tarfile.open(fileobj=archive, mode="r|*") as tar:
-            for member in tar:
-                name = check_member(member, files, budget)
-                path = root / name
-                if member.isdir():
-                    _make_dirs(root, name)
-                elif member.issym():
-                    links.append((name, member.linkname))  # made last: see `_link`
-                else:
-                    parent = _make_dirs(root, os.path.dirname(name))
-                    mode = 0o777 if member.mode & 0o111 else 0o666  # the umask decides the rest
-                    if member.islnk():  # a copy of the archive's own earlier file
-                        with open(root / clean_name(member.linkname), "rb") as src:
-                            _write(path, src, files[name], mode, member.mtime)
-                        continue
-                    data = tar.extractfile(member)
-                    assert data is not None  # a regular file always has data
-                    _write(parent / path.name, data, member.size, mode, member.mtime)
-    except (tarfile.TarError, EOFError, zlib.error) as e:
-        raise ContextError(f"the context is not a readable archive: {e}") from e
+    for tar, member, name in safe_members(archive, budget):
+        path = root / name
+        if member.isdir():
+            _make_dirs(root, name)
+        elif member.issym():
+            links.append((name, member.linkname))  # made last: see `_link`
+        else:
+            parent = _make_dirs(root, os.path.dirname(name))
+            mode = 0o777 if member.mode & 0o111 else 0o666  # the task's umask decides the rest
+            if member.islnk():  # a copy of the archive's own earlier file
+                with open(root / clean_name(member.linkname), "rb") as src:
+                    _write(path, src, os.fstat(src.fileno()).st_size, mode, member.mtime)
+                continue
+            data = tar.extractfile(member)
+            assert data is not None  # a regular file always has data
+            _write(parent / path.name, data, member.size, mode, member.mtime)
     _link(root, links)
     return budget.members
 
@@ -174,7 +167,7 @@ def main(argv: list[str]) -> int:
                 sha,
             ) as archive:
                 n = unpack(archive, Path.cwd())
-        except (ContextError, UnsafeArchive, OSError) as e:
+        except (ContextError, UnsafeArchive, CorruptArchive, OSError) as e:
             sys.stderr.write(f"det: the task's context was not unpacked: {e}\n")
             return 1
         sys.stderr.write(f"det: unpacked the task's context ({n} entries) into {Path.cwd()}\n")
