@@ -51,6 +51,8 @@ def list_tasks(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def run_command(cli: Cli, args: argparse.Namespace) -> int:
+    if args.entrypoint[:1] == ["--"]:  # argparse's REMAINDER keeps the separator
+        args.entrypoint = args.entrypoint[1:]
     if not args.entrypoint:
         raise CliError("give the command to run: det cmd run [OPTIONS] -- COMMAND [ARG...]")
     resources: dict[str, Any] = {"slots": args.slots}
