@@ -131,12 +131,11 @@ def safe_members(
     files: dict[str, int] = {}
     budget = budget or Budget()
     try:
-        with (
-            gzip.GzipFile(fileobj=fileobj, mode="rb") as gz,
-            tarfile.open(fileobj=gz, mode="r|") as tar,
-        ):
-            for member in tar:
-                yield tar, member, check_member(member, files, budget)
+        # Nested, not parenthesised: the launcher runs on any image's python3 (3.8 and up).
+        with gzip.GzipFile(fileobj=fileobj, mode="rb") as gz:
+            with tarfile.open(fileobj=gz, mode="r|") as tar:
+                for member in tar:
+                    yield tar, member, check_member(member, files, budget)
             while gz.read(1 << 20):
                 pass
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
