@@ -1,8 +1,8 @@
 """`:tasks`: every task the cluster runs (trials, commands, notebooks, shells, TensorBoards),
 newest first, with type, owner, state, age and idle time (a running notebook's, shell's or
-TensorBoard's, as the master's idle check last judged it); Enter or `l` opens its log, `x` kills a command,
-notebook, shell or TensorBoard after asking (its owner or an admin; a trial is stopped through
-its experiment)."""
+TensorBoard's, as the master's idle check last judged it); Enter or `l` opens its log, `x`
+kills a command, notebook, shell or TensorBoard after asking (its owner or an admin; a trial is
+stopped through its experiment)."""
 
 from __future__ import annotations
 
