@@ -1,8 +1,9 @@
 """The idle reaper (an APScheduler job, master/background.py): every `idle_check_interval`
-seconds, each running notebook with an `idle_timeout` is asked what it is doing (Jupyter's API,
-through the same address and token the proxy uses), each shell is judged by its sessions
-through the proxy, and one idle for longer than its timeout is killed like its owner would,
-freeing its slot. The rules are pure (master/proxy/idle.py).
+seconds, each running notebook is asked what it is doing (Jupyter's API, through the same
+address and token the proxy uses), each shell and TensorBoard is judged by what went through the
+proxy, and one idle for longer than its `idle_timeout` is killed like its owner would, freeing
+its slot. One without a timeout is measured all the same: `GET /tasks` shows since when each is
+idle (`ProxyMemory.idle_since`). The rules are pure (master/proxy/idle.py).
 
 Jupyter is asked with `no_track_activity`, so the asking never counts as use. A notebook that
 does not answer is left alone: the reaper never kills what it cannot see.
