@@ -20,15 +20,19 @@ pytestmark = pytest.mark.integration
 def test_kill_one_trial_and_download_a_trials_checkpoints(cluster: Cluster, tmp_path: Path) -> None:
     from harness.experimental import client
 
+    # Long enough that the kill lands while the first trial trains (its first checkpoint is
+    # at 2 of 12 batches), and every checkpoint kept (no GC between the checks).
+    storage = {"type": "shared_fs", "host_path": str(cluster.ckpt_dir), "save_trial_latest": 10}
     text = config(
         cluster,
         {"name": "random", "max_trials": 2, "max_concurrent_trials": 1},
         {
-            "max_length": 6,
+            "max_length": 12,
             "every": 2,
-            "sleep": 0.5,
+            "sleep": 0.4,
             "lr": {"type": "double", "minval": 0.1, "maxval": 1.0},
         },
+        checkpoint_storage=storage,
     )
     exp_id = submit(cluster, text, SCRIPTS)
     first = cluster.experiment(exp_id)["trials"][0]["id"]
@@ -41,7 +45,7 @@ def test_kill_one_trial_and_download_a_trials_checkpoints(cluster: Cluster, tmp_
     d = cluster.wait_experiment(exp_id, TERMINAL, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
     second = next(t for t in d["trials"] if t["id"] != first)
-    assert second["state"] == "COMPLETED" and second["steps_completed"] == 6
+    assert second["state"] == "COMPLETED" and second["steps_completed"] == 12
     assert "killed by the user" in "\n".join(cluster.logs(first))
     again = cluster.det("t", "kill", str(first)).stdout  # an ended trial: nothing changes
     assert again.strip() == f"Killed trial {first}"
@@ -53,12 +57,13 @@ def test_kill_one_trial_and_download_a_trials_checkpoints(cluster: Cluster, tmp_
         "trial", "download", str(second["id"]), "--latest", "-o", str(latest), "-q"
     ).stdout
     assert out.strip() == str(latest)
-    assert json.loads((latest / "state.json").read_text())["steps"] == 6
+    assert json.loads((latest / "state.json").read_text())["steps"] == 12
     best = cluster.det("t", "download", str(first), "--best", "-o", str(tmp_path / "b")).stdout
     assert best.startswith(f"Local checkpoint path:\n{tmp_path / 'b'}\n"), best
     # The killed trial never validated: its newest checkpoint comes first.
     steps_best = json.loads((tmp_path / "b" / "state.json").read_text())["steps"]
-    assert steps_best == killed["steps_completed"] and steps_best in (2, 4)
+    newest = cluster.get(f"/checkpoints/{killed['latest_checkpoint']}")["checkpoint"]
+    assert steps_best == newest["steps_completed"] and 2 <= steps_best < 12
     by_uuid = cluster.det(
         "t",
         "download",
@@ -92,18 +97,20 @@ def test_kill_one_trial_and_download_a_trials_checkpoints(cluster: Cluster, tmp_
     client.login(master=cluster.url, user="admin", password=ADMIN_PASSWORD)
     trial = client.get_trial(second["id"])
     ranked = trial.list_checkpoints()  # best first by the searcher metric, then newest first
-    assert [c.steps_completed for c in ranked] == [6, 4, 2]
+    assert [c.steps_completed for c in ranked] == [12, 10, 8, 6, 4, 2]
     by_steps = trial.list_checkpoints(
         sort_by=client.CheckpointSortBy.BATCH_NUMBER, order_by=client.OrderBy.ASC
     )
-    assert [c.steps_completed for c in by_steps] == [2, 4, 6]
-    assert [c.steps_completed for c in trial.list_checkpoints("loss", client.OrderBy.ASC, 1)] == [6]
+    assert [c.steps_completed for c in by_steps] == [2, 4, 6, 8, 10, 12]
+    assert [c.steps_completed for c in trial.list_checkpoints("loss", client.OrderBy.ASC, 1)] == [
+        12
+    ]
     with pytest.raises(AssertionError, match="both set, or neither"):
         trial.list_checkpoints(sort_by="loss")
     with pytest.warns(FutureWarning):
-        assert trial.top_checkpoint().steps_completed == 6
+        assert trial.top_checkpoint().steps_completed == 12
     with pytest.warns(FutureWarning):
-        assert trial.select_checkpoint(latest=True).steps_completed == 6
+        assert trial.select_checkpoint(latest=True).steps_completed == 12
     with pytest.warns(FutureWarning):
         pick = trial.select_checkpoint(uuid=second["latest_checkpoint"])
         assert pick.uuid == second["latest_checkpoint"]
@@ -131,7 +138,7 @@ def test_sdk_trial_kill_ends_only_that_trial(cluster: Cluster) -> None:
     text = config(
         cluster,
         {"name": "random", "max_trials": 2, "max_concurrent_trials": 1},
-        {"max_length": 4, "every": 2, "sleep": 0.3, "lr": 1.0},
+        {"max_length": 10, "every": 2, "sleep": 0.3, "lr": 1.0},
     )
     exp_id = submit(cluster, text, SCRIPTS)
     client.login(master=cluster.url, user="admin", password=ADMIN_PASSWORD)
