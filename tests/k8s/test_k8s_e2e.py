@@ -314,3 +314,45 @@ def test_an_image_that_cannot_be_pulled_fails_the_trial_at_once(
     assert trial["restarts"] == 0, "no restart can pull an image that cannot be pulled"
     assert any("ErrImagePull" in ln for ln in cluster.logs(trial["id"]))
     wait_for(lambda: not _jobs(fake) and not _pods(fake), 30, what="its Job and pod gone")
+
+
+def test_a_pods_log_is_stored_once_across_a_master_restart(
+    k8s_cluster: Callable[..., Cluster], fake: FakeApiServer
+) -> None:
+    fake.cluster.add_node("a", gpus=1)
+    cluster = k8s_cluster()
+    config = long_job(cluster, "relog", batches=200, hparams={"log_lines": 40})
+    exp_id = submit(cluster, config)
+    trial = only_trial(cluster, exp_id)
+    wait_for(
+        lambda: any(
+            re.search(r"checkpoint \S+ at step 20$", ln) for ln in cluster.logs(trial["id"])
+        ),
+        120,
+        what="lines stored before the restart",
+    )
+    # The pod trains on while no master follows its log; the new master's follower must start
+    # where the old one's stored lines end, not at the log's start.
+    cluster.stop_master()
+    assert _pods(fake)[0]["status"]["phase"] == "Running", "the pod outlives the master"
+    cluster.start_master()
+    d = cluster.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
+    expected = [f"log line {i} of 40" for i in range(1, 41)]
+    expected += [f"checkpoint at step {s}" for s in range(10, 201, 10)]
+    expected += ["validation at step 200", "done"]
+
+    def seen() -> list[str]:
+        out = []
+        for ln in cluster.logs(trial["id"]):
+            ln = re.sub(r"^checkpoint \S+ at", "checkpoint at", ln)
+            ln = re.sub(r"^(validation at step \d+) loss .*", r"\1", ln)
+            if ln in expected:
+                out.append(ln)
+        return out
+
+    wait_for(lambda: "done" in seen(), 30, what="the pod's last line stored")
+    lines = seen()
+    twice = sorted({ln for ln in lines if lines.count(ln) > 1})
+    assert not twice, f"stored twice: {twice}"
+    assert sorted(lines) == sorted(expected), "every line stored"

@@ -11,7 +11,7 @@ import yaml
 from master.config import MasterConfigError, load_master_config
 from master.rm.k8s.capacity import free_slots
 from master.rm.k8s.config import KubernetesConfig, KubernetesConfigError, parse_kubernetes
-from master.rm.k8s.logs import split_lines
+from master.rm.k8s.logs import Mark, fresh_lines, parse_ts, split_lines
 from master.rm.k8s.manifest import JobRequest, job_manifest
 from master.rm.k8s.pods import pod_state
 from tests.k8s.fake_objects import node_object
@@ -199,6 +199,32 @@ def test_pod_states() -> None:
 def test_split_lines_keeps_the_incomplete_rest() -> None:
     lines, rest = split_lines(b"2026-01-01T00:00:00.1Z hel", b"lo\n2026-01-01T00:00:00.2Z wo")
     assert lines == [("2026-01-01T00:00:00.1Z", "hello")] and rest == b"2026-01-01T00:00:00.2Z wo"
+
+
+T1, T2, T3 = (f"2026-01-01T00:00:0{i}.000000100Z" for i in (1, 2, 3))
+
+
+def test_fresh_lines_skip_what_is_stored_ties_included() -> None:
+    log = [(T1, "a"), (T2, "b1"), (T2, "b2"), (T2, "b3"), (T3, "c")]
+    # Stored up to T2, two lines at T2: b3 (same timestamp) is not lost, b1 and b2 not repeated.
+    fresh, mark = fresh_lines(log, Mark(parse_ts(T2), 2))
+    assert fresh == [(T2, "b3"), (T3, "c")]
+    assert mark == Mark(parse_ts(T3), 1)
+    # Nothing stored: everything, and the mark counts the ties.
+    fresh, mark = fresh_lines(log[:4], Mark())
+    assert [t for _, t in fresh] == ["a", "b1", "b2", "b3"] and mark == Mark(parse_ts(T2), 3)
+    # A reopened stream that re-sends all of it: nothing twice.
+    assert fresh_lines(log[:4], mark) == ([], mark)
+    assert fresh_lines(log, mark) == ([(T3, "c")], Mark(parse_ts(T3), 1))
+
+
+def test_fresh_lines_compare_at_the_stored_precision() -> None:
+    # The task log keeps microseconds: two lines 1 ns apart are a tie there, and stay in order.
+    a, b = "2026-01-01T00:00:01.000000100Z", "2026-01-01T00:00:01.000000200Z"
+    assert parse_ts(a) == parse_ts(b)
+    assert fresh_lines([(a, "x"), (b, "y")], Mark(parse_ts(a), 1))[0] == [(b, "y")]
+    # A line without a timestamp cannot be placed: kept, the mark unchanged.
+    assert fresh_lines([("", "raw")], Mark(parse_ts(a), 1)) == ([("", "raw")], Mark(parse_ts(a), 1))
 
 
 def test_a_kubernetes_rm_without_the_client_names_the_extra(

@@ -2,9 +2,17 @@
 
 A follower reads the pod's log with follow=true and timestamps, and hands each HTTP chunk's
 complete lines to the same writer as an agent's shipped lines (`ingest_agent_logs`, the pod's
-node as the "agent"). A stream that breaks while the pod runs is reopened with sinceSeconds and
-lines at or before the last timestamp seen are skipped, so a reconnect neither loses nor repeats
-lines (Kubernetes' timestamps are nanosecond RFC 3339: ties within one are the residual risk).
+node as the "agent"). Where to start is a `Mark`: the last stored line's timestamp and how many
+lines were stored with exactly that timestamp. A follower starts from the mark of what the task
+log already holds for (allocation, node) (a pod that outlived a master restart is not read again
+from its start), and a stream that breaks is reopened with sinceSeconds from its own mark. Lines
+before the mark's timestamp are skipped, of the lines at it the first `count` are skipped (a log
+is in order, so those are the stored ones), so neither a reconnect nor a new master loses or
+repeats a line, ties included.
+
+(allocation, node) is the pod: an allocation has one container per node (`containers_of` is
+keyed by node) and its Job's pods are pinned one per placed node, so no two pods of one
+allocation share a node.
 """
 
 from __future__ import annotations
@@ -12,10 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.rest import ApiException
+from sqlalchemy import func, select
+
+from master.db import db
 
 if TYPE_CHECKING:
     from master.rm.k8s.cluster import KubernetesCluster
@@ -35,11 +47,47 @@ def split_lines(buf: bytes, chunk: bytes) -> tuple[list[tuple[str, str]], bytes]
     return out, rest
 
 
-def _age_s(ts: str) -> float:
+def parse_ts(ts: str) -> datetime | None:
+    """A pod log's RFC 3339 timestamp at the task log's precision (microseconds: Kubernetes'
+    nanoseconds are cut, as storing the line cuts them), or None."""
+    if not ts:
+        return None
     try:
-        at = datetime.fromisoformat(ts.replace("Z", "+00:00")[:26] + "+00:00")
+        at = datetime.fromisoformat(ts)
     except ValueError:
-        return 3600.0
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """How far a pod's log has been stored: up to `at`, and `count` lines at exactly `at`."""
+
+    at: datetime | None = None
+    count: int = 0
+
+
+def fresh_lines(lines: list[tuple[str, str]], mark: Mark) -> tuple[list[tuple[str, str]], Mark]:
+    """The lines not stored yet, and the mark once they are (pure). A line without a timestamp
+    cannot be placed: it is kept, and leaves the mark as it is."""
+    out: list[tuple[str, str]] = []
+    at, count = mark.at, mark.count
+    ties_stored = mark.count  # of the lines at `mark.at`, the first ones are stored already
+    for ts, text in lines:
+        t = parse_ts(ts)
+        if t is not None and at is not None:
+            if t < at:
+                continue
+            if t == mark.at and ties_stored > 0:
+                ties_stored -= 1
+                continue
+        out.append((ts, text))
+        if t is not None:
+            at, count = (at, count + 1) if t == at else (t, 1)
+    return out, Mark(at, count)
+
+
+def _age_s(at: datetime) -> float:
     return max(0.0, (datetime.now(UTC) - at).total_seconds())
 
 
@@ -86,15 +134,58 @@ class LogFollower:
         with self.kc.app.app_context():
             ingest_agent_logs(node, entries)
 
+    def _write_fresh(
+        self, alloc_id: str, node: str, lines: list[tuple[str, str]], mark: Mark
+    ) -> Mark:
+        """Store the lines past `mark`; the mark moves only once they are stored (a write that
+        fails leaves them to the reopened stream)."""
+        fresh, after = fresh_lines(lines, mark)
+        if fresh:
+            self._write(alloc_id, node, fresh)
+        return after
+
+    def _stored_mark(self, alloc_id: str, node: str) -> Mark:
+        """What the task log holds of this pod already (a master before this one followed it)."""
+        from master.models import Allocation, TaskLog
+
+        with self.kc.app.app_context():
+            alloc = db.session.get(Allocation, alloc_id)
+            if alloc is None:
+                return Mark()
+            owner = (
+                TaskLog.trial_id == alloc.trial_id
+                if alloc.trial_id is not None
+                else TaskLog.task_id == alloc.task_id
+            )
+            row = db.session.execute(
+                select(TaskLog.timestamp, func.count())
+                .where(
+                    owner,
+                    TaskLog.allocation_id == alloc_id,
+                    TaskLog.agent_id == node,
+                    TaskLog.stream.in_(("stdout", "stderr")),
+                )
+                .group_by(TaskLog.timestamp)
+                .order_by(TaskLog.timestamp.desc())
+                .limit(1)
+            ).first()
+            db.session.rollback()  # a read: end its transaction
+        if row is None:
+            return Mark()
+        at = row[0] if row[0].tzinfo is not None else row[0].replace(tzinfo=UTC)
+        return Mark(at, int(row[1]))
+
     def _run(self, alloc_id: str, pod: str, node: str) -> None:
-        last = ""
+        mark: Mark | None = None
         for attempt in range(100):
             if self._stop.is_set():
                 return
-            kw: dict[str, Any] = {}
-            if last:
-                kw["since_seconds"] = int(_age_s(last)) + 2
             try:
+                if mark is None:
+                    mark = self._stored_mark(alloc_id, node)
+                kw: dict[str, Any] = {}
+                if mark.at is not None:
+                    kw["since_seconds"] = int(_age_s(mark.at)) + 2
                 resp = self.kc.core.read_namespaced_pod_log(
                     pod,
                     self.kc.cfg.namespace,
@@ -106,17 +197,14 @@ class LogFollower:
                 buf = b""
                 for chunk in resp.stream(65536):
                     lines, buf = split_lines(buf, chunk)
-                    fresh = [(ts, t) for ts, t in lines if not (last and ts and ts <= last)]
-                    if fresh:
-                        last = max(last, *(ts for ts, _ in fresh))
-                        self._write(alloc_id, node, fresh)
+                    mark = self._write_fresh(alloc_id, node, lines, mark)
                 if buf:
-                    self._write(alloc_id, node, split_lines(buf, b"\n")[0])
+                    mark = self._write_fresh(alloc_id, node, split_lines(buf, b"\n")[0], mark)
                 return  # the container's output ended
             except ApiException as e:
                 if e.status in (400, 404):  # gone, or never started
                     return
                 log.info("k8s: log of pod %s: API error %s; retrying", pod, e.status)
-            except Exception as e:  # noqa: BLE001 - a broken stream: reopen it
+            except Exception as e:  # noqa: BLE001 - a broken stream (or database): reopen it
                 log.info("k8s: log of pod %s broke (%s); reopening", pod, e)
             self._stop.wait(min(5.0, 0.2 * (attempt + 1)))
