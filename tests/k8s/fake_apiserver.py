@@ -7,6 +7,8 @@
     POST   /api/v1/namespaces/NS/pods                        a pod not created by detlab
     GET    /api/v1/namespaces/NS/pods/NAME[/log]             one pod, its log
     DELETE /api/v1/namespaces/NS/pods/NAME
+    GET|POST /api/v1/namespaces/NS/secrets[?labelSelector=..]    (GET /api/v1/secrets: all)
+    GET|PATCH|DELETE /api/v1/namespaces/NS/secrets/NAME      (PATCH: a merge patch of metadata)
     GET    /api/v1/namespaces/NS/events                      (empty list: no events kept)
     POST   /apis/batch/v1/namespaces/NS/jobs                 a Job: its pods are created at once
     GET    /apis/batch/v1/[namespaces/NS/]jobs[/NAME]        list / watch / one
@@ -44,15 +46,20 @@ _ROUTES = [
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$"), "Pod", "item"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$"), "Pod", "log"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$"), "Event", "collection"),
+    (re.compile(r"^/api/v1/secrets$"), "Secret", "collection"),
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets$"), "Secret", "collection"),
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)$"), "Secret", "item"),
     (re.compile(r"^/apis/batch/v1/jobs$"), "Job", "collection"),
     (re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$"), "Job", "collection"),
     (re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)$"), "Job", "item"),
 ]
+_CREATE = {"Pod": "create_pod", "Job": "create_job", "Secret": "create_secret"}
 _LIST_KIND = {
     "Node": ("NodeList", "v1"),
     "Pod": ("PodList", "v1"),
     "Job": ("JobList", "batch/v1"),
     "Event": ("EventList", "v1"),
+    "Secret": ("SecretList", "v1"),
 }
 
 
@@ -122,14 +129,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, fc.get(kind, ns or "", name))
             elif method == "GET" and what == "log":
                 self._log(ns or "", name, q)
-            elif method == "POST" and what == "collection" and kind in ("Pod", "Job"):
-                body = self._body()
-                obj = (
-                    fc.create_job(ns or "", body)
-                    if kind == "Job"
-                    else fc.create_pod(ns or "", body)
-                )
-                self._send(201, obj)
+            elif method == "POST" and what == "collection" and kind in _CREATE:
+                self._send(201, getattr(fc, _CREATE[kind])(ns or "", self._body()))
+            elif method == "PATCH" and what == "item" and kind == "Secret":
+                if "json-patch" in (self.headers.get("Content-Type") or ""):
+                    self._error(415, "UnsupportedMediaType", "only merge patches are served")
+                    return
+                self._send(200, fc.patch_secret(ns or "", name, self._body()))
             elif method == "DELETE" and what == "item":
                 body = self._body()
                 if kind == "Job":
@@ -137,6 +143,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(200, fc.delete_job(ns or "", name, policy))
                 elif kind == "Pod":
                     self._send(200, fc.delete_pod(ns or "", name, body.get("gracePeriodSeconds")))
+                elif kind == "Secret":
+                    self._send(200, fc.delete_secret(ns or "", name))
                 else:
                     fc.remove_node(name)
                     self._send(200, status(200, "", ""))
@@ -157,6 +165,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:  # noqa: N802
         self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
 
     # -- logs --
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from tests.k8s.fake_kubelet import Kubelet, _killpg, _later, _Proc
 from tests.k8s.fake_objects import GPU, Conflict, NotFound, node_object, now, pod_requests, quantity
+from tests.k8s.fake_secrets import Secrets
 
-KINDS = ("Node", "Pod", "Job", "Event")
+KINDS = ("Node", "Pod", "Job", "Event", "Secret")
 HISTORY = 5000
 INDEX = "batch.kubernetes.io/job-completion-index"
 
@@ -35,7 +36,7 @@ class Change:
 
 
 @dataclass
-class FakeCluster(Kubelet):
+class FakeCluster(Kubelet, Secrets):
     grace_s: float = 5.0
     rv: int = 1
     history: list[Change] = field(default_factory=list)
@@ -416,8 +417,9 @@ class FakeCluster(Kubelet):
             if job is None:
                 raise NotFound(f'jobs.batch "{name}" not found')
             self._remove(job)
+            uid = job["metadata"]["uid"]
+            self.collect_dependents(uid, orphan=propagation not in ("Background", "Foreground"))
             if propagation in ("Background", "Foreground"):
-                uid = job["metadata"]["uid"]
                 for pod in self._pods(
                     lambda p: (p["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid
                 ):

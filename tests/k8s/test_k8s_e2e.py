@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -87,8 +89,8 @@ def test_digits_trains_to_completion_on_kubernetes(
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
     # The pod's output is in the trial's logs.
     wait_for(lambda: any("validation_accuracy" in ln for ln in cluster.logs(trial["id"])), 30)
-    # Its Job is deleted once it ended.
-    wait_for(lambda: not fake.cluster.list("Job", NS)[0], 30, what="the Job deleted")
+    # Its Job and its Secret are deleted once it ended.
+    wait_for(lambda: not _jobs(fake) and not _secrets(fake), 30, what="the Job and Secret deleted")
 
 
 def _jobs(fake: FakeApiServer) -> list[dict[str, Any]]:
@@ -274,7 +276,7 @@ def test_an_asha_search_completes_across_a_master_restart(
     cluster.stop_master()
     cluster.start_master()
     check_asha_result(cluster, exp_id)
-    wait_for(lambda: not _jobs(fake), 30, what="every Job deleted")
+    wait_for(lambda: not _jobs(fake) and not _secrets(fake), 30, what="every Job, Secret deleted")
 
 
 def test_a_two_pod_distributed_digits_trial_trains_to_completion(
@@ -356,3 +358,45 @@ def test_a_pods_log_is_stored_once_across_a_master_restart(
     twice = sorted({ln for ln in lines if lines.count(ln) > 1})
     assert not twice, f"stored twice: {twice}"
     assert sorted(lines) == sorted(expected), "every line stored"
+
+
+def _secrets(fake: FakeApiServer) -> list[dict[str, Any]]:
+    return fake.cluster.list("Secret", NS)[0]
+
+
+def test_the_session_token_is_in_a_secret_never_in_the_job(
+    k8s_cluster: Callable[..., Cluster], fake: FakeApiServer
+) -> None:
+    fake.cluster.add_node("a", gpus=1)
+    # A Secret a master left behind (it died after creating it, before the Job): the next
+    # master deletes it.
+    stale = {"detlab.ai/resource-manager": "default", "detlab.ai/allocation": "gone.1"}
+    fake.cluster.create_secret(
+        NS, {"metadata": {"name": "detlab-gone.1", "labels": stale}, "stringData": {"X": "y"}}
+    )
+    cluster = k8s_cluster()
+    exp_id = submit(cluster, long_job(cluster, "secret", batches=100000))
+    trial = only_trial(cluster, exp_id)
+    cluster.wait_trial(trial["id"], lambda t: t["steps_completed"] >= 3, what="it trains")
+    (job,) = _jobs(fake)
+    (secret,) = _secrets(fake)
+    assert secret["metadata"]["name"] == job["metadata"]["name"]
+    assert secret["metadata"]["labels"] == job["metadata"]["labels"]
+    owner = secret["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("Job", job["metadata"]["uid"])
+    token = base64.b64decode(secret["data"]["DET_SESSION_TOKEN"]).decode()
+    assert len(token) >= 20
+    # Whoever can read Jobs and pods reads no token: the pods get it from the Secret.
+    assert token not in json.dumps(job) and token not in json.dumps(_pods(fake))
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    (ref,) = [e for e in c["env"] if e["name"] == "DET_SESSION_TOKEN"]
+    assert ref == {
+        "name": "DET_SESSION_TOKEN",
+        "valueFrom": {
+            "secretKeyRef": {"name": job["metadata"]["name"], "key": "DET_SESSION_TOKEN"}
+        },
+    }
+    cluster.det("experiment", "kill", str(exp_id))
+    d = cluster.wait_experiment(exp_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=60)
+    assert d["experiment"]["state"] == "CANCELED", cluster.diagnose(exp_id)
+    wait_for(lambda: not _jobs(fake) and not _secrets(fake), 30, what="its Job and Secret gone")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from master.rm.k8s.config import KubernetesConfig, KubernetesConfigError, parse_
 from master.rm.k8s.logs import Mark, fresh_lines, parse_ts, split_lines
 from master.rm.k8s.manifest import JobRequest, job_manifest
 from master.rm.k8s.pods import pod_state
+from master.rm.k8s.secrets import owner_patch, secret_manifest, split_secret_env
 from tests.k8s.fake_objects import node_object
 
 
@@ -105,6 +108,43 @@ def test_one_job_per_allocation_pinned_to_the_placed_nodes() -> None:
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["n1", "n2"]
     assert "podAntiAffinity" in pod["affinity"]
+
+
+def test_credentials_are_read_from_the_allocations_secret_not_the_spec() -> None:
+    env = {"DET_SESSION_TOKEN": "tok-3f9a", "JUPYTER_TOKEN": "jt", "DET_MASTER": "http://m"}
+    public, secret = split_secret_env(env, {"DET_SESSION_TOKEN", "JUPYTER_TOKEN"})
+    assert public == {"DET_MASTER": "http://m"}
+    # A template that sets the token itself (a user's pod_spec) does not override the Secret.
+    user = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "determined-container",
+                    "env": [{"name": "DET_SESSION_TOKEN", "value": "user-set-7c1"}],
+                }
+            ]
+        }
+    }
+    job = job_manifest(
+        KubernetesConfig(), _req(env=public, secret_keys=tuple(sorted(secret)), pod_spec=user)
+    )
+    assert "tok-3f9a" not in json.dumps(job) and "user-set-7c1" not in json.dumps(job)
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in c["env"]
+        if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]
+    }
+    assert refs == {
+        "DET_SESSION_TOKEN": {"name": "detlab-a1", "key": "DET_SESSION_TOKEN"},
+        "JUPYTER_TOKEN": {"name": "detlab-a1", "key": "JUPYTER_TOKEN"},
+    }
+    md = job["metadata"]
+    sec = secret_manifest(md["name"], md["namespace"], md["labels"], secret)
+    assert sec["metadata"] == {"name": "detlab-a1", "namespace": "default", "labels": md["labels"]}
+    assert base64.b64decode(sec["data"]["DET_SESSION_TOKEN"]) == b"tok-3f9a"
+    patch = owner_patch({"metadata": {"name": "detlab-a1", "uid": "u"}})
+    assert patch["metadata"]["ownerReferences"][0]["uid"] == "u"
 
 
 def test_pod_spec_is_merged_as_determined_merged_it() -> None:

@@ -9,9 +9,11 @@ through the same writers as an agent's reports (allocation state, container exit
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from flask import Flask
@@ -23,9 +25,21 @@ from master.rm.k8s.informer import Informer
 from master.rm.k8s.logs import LogFollower
 from master.rm.k8s.manifest import ALLOCATION_LABEL, RM_LABEL, label_value
 from master.rm.k8s.pods import PodState, pod_state
+from master.rm.k8s.secrets import owner_patch
 
 log = logging.getLogger("detlab.k8s")
 _EXT = "detlab.k8s"
+# Secrets are deleted with their Jobs; a sweep at start and then this often deletes those that
+# outlived theirs (a master that died between the two, a delete that failed): one list call.
+SWEEP_EVERY_S = 300.0
+
+
+@dataclass(frozen=True)
+class AllocationObjects:
+    """What one allocation creates in the cluster: its Job and the Secret its pods read."""
+
+    job: dict[str, Any]
+    secret: dict[str, Any]
 
 
 def api_client(cfg: KubernetesConfig) -> client.ApiClient:
@@ -49,8 +63,10 @@ class KubernetesCluster:
         self.unschedulable_since: dict[str, float] = {}
         self.told_waiting: set[str] = set()  # pods whose wait was written to their task's log
         self.dirty: set[str] = set()
-        # allocation id -> its Job's manifest, created once the allocation is committed.
-        self.pending_jobs: dict[str, dict[str, Any]] = {}
+        # allocation id -> its Job and Secret, created once the allocation is committed.
+        self.pending_jobs: dict[str, AllocationObjects] = {}
+        # When leftover Secrets were last deleted (jobs.py's sweep; 0: not yet, at start).
+        self.swept_at = 0.0
         self.wake = threading.Event()
         self.stop_event = threading.Event()
         self.nodes = Informer(
@@ -147,11 +163,18 @@ class KubernetesCluster:
 
     def _apply_loop(self) -> None:
         from master.rm.k8s.apply import apply_allocations
-        from master.rm.k8s.jobs import create_pending_jobs
+        from master.rm.k8s.jobs import create_pending_jobs, sweep_secrets
 
         while not self.stop_event.is_set():
             self.wake.wait(timeout=1.0)
             self.wake.clear()
+            if time.monotonic() - self.swept_at > SWEEP_EVERY_S or not self.swept_at:
+                try:
+                    with self.app.app_context():
+                        sweep_secrets(self)
+                    self.swept_at = time.monotonic()
+                except Exception:  # noqa: BLE001 - the API or database is away: next round
+                    log.exception("k8s %s: deleting leftover Secrets failed", self.name)
             dirty = self.take_dirty()
             with self._lock:
                 jobs, self.pending_jobs = self.pending_jobs, {}
@@ -175,16 +198,36 @@ class KubernetesCluster:
 
     # -- API calls --
 
-    def create_job(self, manifest: dict[str, Any]) -> None:
-        self.batch.create_namespaced_job(self.cfg.namespace, manifest)
+    def create_objects(self, objs: AllocationObjects) -> None:
+        """The Secret first (a pod that starts must find it), then the Job, then the Job made
+        the Secret's owner. A Job that cannot be created takes its Secret back."""
+        ns = self.cfg.namespace
+        try:
+            self.core.create_namespaced_secret(ns, objs.secret)
+        except ApiException as e:
+            if e.status != 409:  # 409: made by an earlier try that failed later on
+                raise
+        try:
+            job = self.batch.create_namespaced_job(ns, objs.job, _preload_content=False)
+        except ApiException as e:
+            if e.status != 409:
+                self.delete_secret(objs.secret["metadata"]["name"])
+            raise
+        try:
+            self.core.patch_namespaced_secret(
+                objs.secret["metadata"]["name"], ns, owner_patch(json.loads(job.data))
+            )
+        except ApiException as e:  # deleting the Job deletes it anyway (delete_job)
+            log.warning("k8s %s: making the Job own its Secret failed: %s", self.name, e)
 
-    def create_job_after_commit(self, alloc_id: str, manifest: dict[str, Any]) -> None:
+    def create_job_after_commit(self, alloc_id: str, objs: AllocationObjects) -> None:
         with self._lock:
-            self.pending_jobs[alloc_id] = manifest
+            self.pending_jobs[alloc_id] = objs
         self.wake.set()
 
     def delete_job(self, name: str) -> None:
-        """Delete a Job and (Background propagation) its pods; gone already is fine."""
+        """Delete a Job and (Background propagation) its pods, and its Secret; gone already is
+        fine."""
         try:
             self.batch.delete_namespaced_job(
                 name, self.cfg.namespace, propagation_policy="Background"
@@ -192,6 +235,26 @@ class KubernetesCluster:
         except ApiException as e:
             if e.status != 404:
                 raise
+        self.delete_secret(name)
+
+    def delete_secret(self, name: str) -> None:
+        try:
+            self.core.delete_namespaced_secret(name, self.cfg.namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def secret_allocations(self) -> dict[str, str]:
+        """This RM's Secrets: name -> the allocation label (one list call)."""
+        resp = self.core.list_namespaced_secret(
+            self.cfg.namespace,
+            label_selector=f"{RM_LABEL}={label_value(self.name)}",
+            _preload_content=False,
+        )
+        return {
+            s["metadata"]["name"]: (s["metadata"].get("labels") or {}).get(ALLOCATION_LABEL, "")
+            for s in json.loads(resp.data).get("items") or []
+        }
 
     def alloc_selector(self, alloc_id: str) -> str:
         return f"{ALLOCATION_LABEL}={label_value(alloc_id)}"
