@@ -9,14 +9,15 @@
     DELETE /api/v1/namespaces/NS/pods/NAME
     GET|POST /api/v1/namespaces/NS/secrets[?labelSelector=..]    (GET /api/v1/secrets: all)
     GET|PATCH|DELETE /api/v1/namespaces/NS/secrets/NAME      (PATCH: a merge patch of metadata)
-    GET    /api/v1/namespaces/NS/events                      (empty list: no events kept)
+    GET    /api/v1/[namespaces/NS/]events[?fieldSelector=..&watch=true]   list / watch
     POST   /apis/batch/v1/namespaces/NS/jobs                 a Job: its pods are created at once
     GET    /apis/batch/v1/[namespaces/NS/]jobs[/NAME]        list / watch / one
     DELETE /apis/batch/v1/namespaces/NS/jobs/NAME            propagationPolicy: body or query
 
-A watch replays the changes after its resourceVersion and then streams new ones (chunked JSON
-lines) until timeoutSeconds; a resourceVersion older than the kept history gets an ERROR event
-with a 410 Status, as from a real server after compaction. State and pod processes:
+Lists and watches take labelSelector and fieldSelector (equality forms). A watch replays the
+changes after its resourceVersion and then streams new ones (chunked JSON lines) until
+timeoutSeconds; a resourceVersion older than the kept history gets an ERROR event with a 410
+Status, as from a real server after compaction. State and pod processes:
 fake_cluster.py. `FakeApiServer.kubeconfig()` writes a kubeconfig pointing at it.
 """
 
@@ -36,7 +37,7 @@ import yaml
 
 from tests.k8s.fake_cluster import Conflict, FakeCluster, NotFound
 from tests.k8s.fake_discovery import discovery
-from tests.k8s.fake_objects import matches, parse_selector, status
+from tests.k8s.fake_objects import field_matches, matches, parse_selector, status
 
 _ROUTES = [
     (re.compile(r"^/api/v1/nodes$"), "Node", "collection"),
@@ -45,6 +46,7 @@ _ROUTES = [
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$"), "Pod", "collection"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$"), "Pod", "item"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$"), "Pod", "log"),
+    (re.compile(r"^/api/v1/events$"), "Event", "collection"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$"), "Event", "collection"),
     (re.compile(r"^/api/v1/secrets$"), "Secret", "collection"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets$"), "Secret", "collection"),
@@ -216,7 +218,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _list(self, kind: str, ns: str | None, q: dict[str, str]) -> None:
         items, rv = self.server.cluster.list(kind, ns)
         sel = parse_selector(q.get("labelSelector"))
-        items = [o for o in items if matches(o["metadata"].get("labels") or {}, sel)]
+        fields = parse_selector(q.get("fieldSelector"))
+        items = [
+            o
+            for o in items
+            if matches(o["metadata"].get("labels") or {}, sel) and field_matches(o, fields)
+        ]
         list_kind, api = _LIST_KIND[kind]
         self._send(
             200,
@@ -231,6 +238,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _watch(self, kind: str, ns: str | None, q: dict[str, str]) -> None:
         fc = self.server.cluster
         sel = parse_selector(q.get("labelSelector"))
+        fields = parse_selector(q.get("fieldSelector"))
         deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -245,7 +253,8 @@ class _Handler(BaseHTTPRequestHandler):
         def wanted(obj: dict[str, Any]) -> bool:
             md = obj["metadata"]
             in_ns = ns is None or kind == "Node" or md.get("namespace") == ns
-            return obj["kind"] == kind and in_ns and matches(md.get("labels") or {}, sel)
+            labelled = matches(md.get("labels") or {}, sel)
+            return obj["kind"] == kind and in_ns and labelled and field_matches(obj, fields)
 
         rv_raw = q.get("resourceVersion") or "0"
         try:

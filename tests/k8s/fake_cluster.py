@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.k8s.fake_events import Events
 from tests.k8s.fake_kubelet import Kubelet, _killpg, _later, _Proc
 from tests.k8s.fake_objects import GPU, Conflict, NotFound, node_object, now, pod_requests, quantity
 from tests.k8s.fake_secrets import Secrets
@@ -36,7 +37,7 @@ class Change:
 
 
 @dataclass
-class FakeCluster(Kubelet, Secrets):
+class FakeCluster(Kubelet, Secrets, Events):
     grace_s: float = 5.0
     rv: int = 1
     history: list[Change] = field(default_factory=list)
@@ -246,12 +247,18 @@ class FakeCluster(Kubelet, Secrets):
                 if pod["status"]["conditions"] != [cond]:
                     pod["status"]["conditions"] = [cond]
                     self._record("MODIFIED", pod)
+                    self.emit_event(
+                        pod, "Warning", "FailedScheduling", cond["message"], "default-scheduler"
+                    )
                 continue
             pod["spec"]["nodeName"] = fits[0]
             pod["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}
             ]
             self._record("MODIFIED", pod)
+            md = pod["metadata"]
+            msg = f"Successfully assigned {md['namespace']}/{md['name']} to {fits[0]}"
+            self.emit_event(pod, "Normal", "Scheduled", msg, "default-scheduler")
             self._start(pod)
 
     def _allowed(self, pod: dict[str, Any], node: dict[str, Any]) -> bool:

@@ -32,9 +32,11 @@ class Kubelet:
     objects: dict[tuple[str, str, str], dict[str, Any]]
     run_processes: bool
     secret_value: Any
+    emit_event: Any
 
-    def _waiting(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        """The container cannot start (yet): the pod stays Pending with this waiting reason."""
+    def _waiting(self, pod: dict[str, Any], reason: str, message: str, event: str = "") -> None:
+        """The container cannot start (yet): the pod stays Pending with this waiting reason, and
+        a Warning event says why (`event`, or the message)."""
         c = pod["spec"]["containers"][0]
         pod["status"]["containerStatuses"] = [
             {
@@ -47,22 +49,30 @@ class Kubelet:
             }
         ]
         self._record("MODIFIED", pod)
+        self.emit_event(pod, "Warning", "Failed", event or message, "kubelet")
 
     def _start(self, pod: dict[str, Any]) -> None:
         c = pod["spec"]["containers"][0]
         if str(c.get("image", "")).startswith("unpullable"):  # a registry that refuses it
-            self._waiting(pod, "ErrImagePull", f"pull access denied for {c['image']}")
+            msg = (
+                f'Failed to pull image "{c["image"]}": pull access denied for {c["image"]}, '
+                "repository does not exist or may require 'docker login'"
+            )
+            self._waiting(pod, "ErrImagePull", msg)
             return
         try:
             env = self._container_env(pod, c)
         except MissingSecret as e:  # the kubelet retries when the Secret comes (fake_secrets)
-            self._waiting(pod, "CreateContainerConfigError", str(e))
+            self._waiting(pod, "CreateContainerConfigError", str(e), f"Error: {e}")
             return
         if not self.run_processes:
             pod["status"].update(phase="Running", podIP="127.0.0.1", startTime=now())
             self._record("MODIFIED", pod)
             return
         argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        if not argv:  # the fake has no image whose entrypoint would run instead
+            self._finish_pod(pod, 128, reason="StartError", message="no command (no image here)")
+            return
         try:
             popen = subprocess.Popen(
                 argv,
@@ -97,6 +107,7 @@ class Kubelet:
             ],
         )
         self._record("MODIFIED", pod)
+        self.emit_event(pod, "Normal", "Started", f"Started container {c['name']}", "kubelet")
         threading.Thread(
             target=self._reap,
             args=(pod["metadata"]["namespace"], pod["metadata"]["name"], popen),

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from tests.cluster import wait_for
@@ -127,3 +127,79 @@ def test_an_orphaned_secret_loses_its_owner_reference(
     core.patch_namespaced_secret("s", NS, {"metadata": {"ownerReferences": [ref]}})
     batch.delete_namespaced_job("j", NS)  # no policy: Orphan, a Job's default
     assert not core.read_namespaced_secret("s", NS).metadata.owner_references
+
+
+def test_what_the_fake_simulates_it_reports_as_events(
+    fake: tuple[FakeApiServer, client.ApiClient],
+) -> None:
+    srv, api = fake
+    srv.cluster.add_node("n1", gpus=1)
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    warnings = "involvedObject.kind=Pod,type=Warning"
+    # A watch from now, on Warning events about pods only.
+    rv = core.list_namespaced_event(NS, field_selector=warnings).metadata.resource_version
+    batch.create_namespaced_job(NS, _job("big", [sys.executable, "-c", "pass"], gpus=2))
+    (pod,) = core.list_namespaced_pod(NS).items
+    w = watch.Watch()
+    (ev,) = [
+        e["object"]
+        for e in w.stream(
+            core.list_namespaced_event,
+            NS,
+            field_selector=warnings,
+            resource_version=rv,
+            timeout_seconds=1,
+        )
+    ]
+    assert (ev.type, ev.reason, ev.involved_object.name) == (
+        "Warning",
+        "FailedScheduling",
+        pod.metadata.name,
+    )
+    assert ev.message == "0/1 nodes are available: insufficient nvidia.com/gpu."
+    assert ev.source.component == "default-scheduler"
+    # An image that cannot be pulled; a pod that runs gets Normal events, which the selector
+    # leaves out.
+    job = _job("img", [sys.executable, "-c", "pass"])
+    job["spec"]["template"]["spec"]["containers"][0]["image"] = "unpullable/x:1"  # type: ignore[index]
+    batch.create_namespaced_job(NS, job)
+    batch.create_namespaced_job(NS, _job("ok", [sys.executable, "-c", "pass"]))
+    by_reason = {
+        (e.reason, e.involved_object.name.split("-")[0])
+        for e in core.list_namespaced_event(NS, field_selector=warnings).items
+    }
+    assert by_reason == {("FailedScheduling", "big"), ("Failed", "img")}
+    (failed,) = [
+        e for e in srv.cluster.events_of(_pod_named(core, "img")) if e["type"] == "Warning"
+    ]
+    assert failed["message"].startswith('Failed to pull image "unpullable/x:1"')
+    normal = {e["reason"] for e in srv.cluster.events_of(_pod_named(core, "ok"))}
+    assert normal == {"Scheduled", "Started"}
+
+
+def _pod_named(core: client.CoreV1Api, prefix: str) -> str:
+    (name,) = [
+        p.metadata.name
+        for p in core.list_namespaced_pod(NS).items
+        if p.metadata.name.startswith(prefix + "-")
+    ]
+    return name
+
+
+def test_a_repeated_event_is_counted_not_repeated(
+    fake: tuple[FakeApiServer, client.ApiClient],
+) -> None:
+    srv, api = fake
+    core = client.CoreV1Api(api)
+    srv.cluster.add_node("n1")
+    pod = srv.cluster.create_pod(
+        NS,
+        {
+            "metadata": {"name": "p"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "command": ["true"]}]},
+        },
+    )
+    for _ in range(3):
+        srv.cluster.emit_event(pod, "Warning", "BackOff", "Back-off restarting", "kubelet")
+    (ev,) = core.list_namespaced_event(NS, field_selector="reason=BackOff").items
+    assert ev.count == 3 and ev.involved_object.uid == pod["metadata"]["uid"]
