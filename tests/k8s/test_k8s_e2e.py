@@ -315,6 +315,10 @@ def test_an_image_that_cannot_be_pulled_fails_the_trial_at_once(
     trial = only_trial(cluster, exp_id)
     assert trial["restarts"] == 0, "no restart can pull an image that cannot be pulled"
     assert any("ErrImagePull" in ln for ln in cluster.logs(trial["id"]))
+    # The kubelet's Warning event says why, in the log and in the trial's exit reason.
+    pulled = 'Failed: Failed to pull image "unpullable/detlab:1": pull access denied'
+    assert any(pulled in ln for ln in cluster.logs(trial["id"])), cluster.logs(trial["id"])
+    assert pulled in (trial["exit_reason"] or ""), trial["exit_reason"]
     wait_for(lambda: not _jobs(fake) and not _pods(fake), 30, what="its Job and pod gone")
 
 
@@ -400,3 +404,43 @@ def test_the_session_token_is_in_a_secret_never_in_the_job(
     d = cluster.wait_experiment(exp_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=60)
     assert d["experiment"]["state"] == "CANCELED", cluster.diagnose(exp_id)
     wait_for(lambda: not _jobs(fake) and not _secrets(fake), 30, what="its Job and Secret gone")
+
+
+def test_a_pods_warning_event_is_its_pending_reason_and_in_its_log(
+    k8s_cluster: Callable[..., Cluster], fake: FakeApiServer
+) -> None:
+    fake.cluster.add_node("a", gpus=1)
+    cluster = k8s_cluster(pending_timeout=600)
+    fake.cluster.hold_binding = True  # as in the withdrawal test: another pod takes the GPU
+    exp_id = submit(cluster, long_job(cluster, "event", batches=20))
+    wait_for(lambda: _pods(fake), 60, what="detlab's pod created")
+    fake.cluster.create_pod(
+        NS,
+        {
+            "metadata": {"name": "squatter"},
+            "spec": {
+                "nodeName": "a",
+                "containers": [
+                    {
+                        "name": "c",
+                        "command": [sys.executable, "-c", "import time; time.sleep(120)"],
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        },
+    )
+    fake.cluster.release_binding()
+    why = "FailedScheduling: 0/1 nodes are available: insufficient nvidia.com/gpu."
+    reason = wait_for(
+        lambda: why in (r := _reason(cluster, exp_id)) and r, 60, what="the event as the reason"
+    )
+    (pod,) = _pods(fake, **{"detlab.ai/resource-manager": "default"})
+    assert reason == f"pod {pod['metadata']['name']}: {why}"
+    trial = only_trial(cluster, exp_id)
+    wait_for(lambda: any(why in ln for ln in cluster.logs(trial["id"])), 30, what="logged")
+    fake.cluster.delete_pod(NS, "squatter")
+    d = cluster.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
+    assert sum(why in ln for ln in cluster.logs(trial["id"])) == 1, "each event logged once"
+    assert not _reason(cluster, exp_id)

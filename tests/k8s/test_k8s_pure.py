@@ -13,6 +13,7 @@ import yaml
 from master.config import MasterConfigError, load_master_config
 from master.rm.k8s.capacity import free_slots
 from master.rm.k8s.config import KubernetesConfig, KubernetesConfigError, parse_kubernetes
+from master.rm.k8s.events import latest, pod_warning
 from master.rm.k8s.logs import Mark, fresh_lines, parse_ts, split_lines
 from master.rm.k8s.manifest import JobRequest, job_manifest
 from master.rm.k8s.pods import pod_state
@@ -265,6 +266,29 @@ def test_fresh_lines_compare_at_the_stored_precision() -> None:
     assert fresh_lines([(a, "x"), (b, "y")], Mark(parse_ts(a), 1))[0] == [(b, "y")]
     # A line without a timestamp cannot be placed: kept, the mark unchanged.
     assert fresh_lines([("", "raw")], Mark(parse_ts(a), 1)) == ([("", "raw")], Mark(parse_ts(a), 1))
+
+
+def test_a_pods_warning_event() -> None:
+    ev: dict[str, Any] = {
+        "metadata": {"name": "p.1"},
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "type": "Warning",
+        "reason": "FailedScheduling",
+        "message": "0/2 nodes\n are available",
+        "firstTimestamp": "2026-01-01T00:00:01Z",
+        "lastTimestamp": "2026-01-01T00:00:09Z",
+    }
+    w = pod_warning(ev)
+    assert w is not None and (w.pod, w.key, w.at) == ("p", "p.1", "2026-01-01T00:00:09Z")
+    assert w.text() == "FailedScheduling: 0/2 nodes are available"  # one line in the log
+    assert pod_warning({**ev, "type": "Normal"}) is None
+    assert pod_warning({**ev, "involvedObject": {"kind": "Node", "name": "n"}}) is None
+    older = pod_warning({**ev, "reason": "Old", "lastTimestamp": "2026-01-01T00:00:02Z"})
+    assert older is not None
+    assert latest(w, older) is w and latest(older, w) is w and latest(None, older) is older
+    # An event without timestamps (events.k8s.io's eventTime form) still has an order key.
+    bare = pod_warning({k: v for k, v in ev.items() if not k.endswith("Timestamp")})
+    assert bare is not None and bare.at == ""
 
 
 def test_a_kubernetes_rm_without_the_client_names_the_extra(

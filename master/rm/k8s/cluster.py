@@ -21,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from master.rm.k8s.config import KubernetesConfig
+from master.rm.k8s.events import WARNINGS_ABOUT_PODS, PodWarning, latest, pod_warning
 from master.rm.k8s.informer import Informer
 from master.rm.k8s.logs import LogFollower
 from master.rm.k8s.manifest import ALLOCATION_LABEL, RM_LABEL, label_value
@@ -32,6 +33,8 @@ _EXT = "detlab.k8s"
 # Secrets are deleted with their Jobs; a sweep at start and then this often deletes those that
 # outlived theirs (a master that died between the two, a delete that failed): one list call.
 SWEEP_EVERY_S = 300.0
+# Warnings kept for pods not (yet) known as detlab's before those are dropped.
+MAX_WARNINGS = 10_000
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,18 @@ class KubernetesCluster:
             self._pod_changed,
             watch_timeout=cfg.watch_timeout,
         )
+        # Warning events about pods in the namespace: why a pod waits or failed (events.py).
+        self.events = Informer(
+            "events",
+            self.core.list_namespaced_event,
+            self._event_changed,
+            watch_timeout=cfg.watch_timeout,
+            namespace=cfg.namespace,
+            field_selector=WARNINGS_ABOUT_PODS,
+        )
+        self.warnings: dict[str, PodWarning] = {}  # pod name -> its latest Warning
+        self.alloc_of_pod: dict[str, str] = {}
+        self.told_events: dict[str, set[str]] = {}  # pod -> Events written to its task's log
         self.logs = LogFollower(self)
         self._applier = threading.Thread(target=self._apply_loop, name=f"k8s-apply-{name}")
         self._applier.daemon = True
@@ -87,6 +102,7 @@ class KubernetesCluster:
     def start(self) -> None:
         self.nodes.start()
         self.pods.start()
+        self.events.start()
         self._applier.start()
 
     def stop(self) -> None:
@@ -94,6 +110,7 @@ class KubernetesCluster:
         self.wake.set()
         self.nodes.stop()
         self.pods.stop()
+        self.events.stop()
         self.logs.stop()
 
     def synced(self, timeout: float = 10.0) -> bool:
@@ -118,12 +135,40 @@ class KubernetesCluster:
             return
         with self._lock:
             self.pods_by_alloc.setdefault(ps.allocation, {})[ps.name] = ps
+            self.alloc_of_pod[ps.name] = ps.allocation
             if ps.unschedulable:
                 self.unschedulable_since.setdefault(ps.name, time.monotonic())
             else:
                 self.unschedulable_since.pop(ps.name, None)
             self.dirty.add(ps.allocation)
         self.wake.set()
+
+    def _event_changed(self, kind: str, event: dict[str, Any]) -> None:
+        w = pod_warning(event) if kind != "DELETED" else None
+        if w is None:
+            return
+        with self._lock:
+            if len(self.warnings) > MAX_WARNINGS:  # other pods' (not detlab's) warnings go
+                self.warnings = {p: x for p, x in self.warnings.items() if p in self.alloc_of_pod}
+            self.warnings[w.pod] = latest(self.warnings.get(w.pod), w)
+            aid = self.alloc_of_pod.get(w.pod)
+            if aid is not None:
+                self.dirty.add(aid)
+        if aid is not None:
+            self.wake.set()
+
+    def warning(self, pod_name: str) -> PodWarning | None:
+        with self._lock:
+            return self.warnings.get(pod_name)
+
+    def first_event(self, w: PodWarning) -> bool:
+        """True the first time this Event is seen for its pod (it is logged once)."""
+        with self._lock:
+            told = self.told_events.setdefault(w.pod, set())
+            if w.key in told:
+                return False
+            told.add(w.key)
+            return True
 
     def take_dirty(self) -> set[str]:
         with self._lock:
@@ -145,6 +190,9 @@ class KubernetesCluster:
             for name in self.pods_by_alloc.pop(alloc_id, {}):
                 self.unschedulable_since.pop(name, None)
                 self.told_waiting.discard(name)
+                self.alloc_of_pod.pop(name, None)
+                self.warnings.pop(name, None)
+                self.told_events.pop(name, None)
 
     def first_wait(self, pod_name: str) -> bool:
         """True the first time a pod is found waiting (its reason is logged once)."""
