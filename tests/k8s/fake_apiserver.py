@@ -26,6 +26,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -194,6 +196,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         sent = 0
+        with fc.cond:  # how many follow streams are open at once (tests bound it)
+            # A stream whose client has closed it counts no more, even before its thread
+            # notices: what counts is what clients hold open.
+            fc.log_readers = {h for h in fc.log_readers if not h._client_gone()} | {self}
+            fc.max_log_streams = max(fc.max_log_streams, len(fc.log_readers))
         try:
             while True:
                 lines, done = fc.pod_log(ns, name, sent, None)
@@ -203,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
                     data = render(lines)
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
-                if done:
+                if done or self._client_gone():
                     break
                 with fc.cond:
                     fc.cond.wait(timeout=0.5)
@@ -211,7 +218,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, NotFound):
             pass
+        finally:
+            with fc.cond:
+                fc.log_readers.discard(self)
         self.close_connection = True
+
+    def _client_gone(self) -> bool:
+        """The client closed its end (a stream it stopped reading): EOF is readable."""
+        try:
+            ready, _, _ = select.select([self.connection], [], [], 0)
+            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     # -- list and watch --
 

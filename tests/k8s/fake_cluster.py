@@ -52,6 +52,9 @@ class FakeCluster(Kubelet, Secrets, Events):
     hold_binding: bool = False
     # False: bound pods are marked Running without a process (scale simulations).
     run_processes: bool = True
+    # The handlers of the pod log streams (follow=true) open now, and the most open at once.
+    log_readers: set[Any] = field(default_factory=set)
+    max_log_streams: int = 0
 
     def __post_init__(self) -> None:
         self.cond = threading.Condition(threading.RLock())

@@ -40,12 +40,16 @@ def test_config_in_determined_form() -> None:
         2,
     )
     assert cfg.kubeconfig_path == "/etc/kube" and cfg.ignored == ("fluent",)
+    assert cfg.log_followers == 256
+    assert parse_kubernetes({"log_followers": 8}, "rm").log_followers == 8
 
 
 @pytest.mark.parametrize(
     ("raw", "names"),
     [
         ({"max_slots_per_pod": 0}, "resource_manager.max_slots_per_pod"),
+        ({"log_followers": 0}, "resource_manager.log_followers"),
+        ({"log_followers": "many"}, "resource_manager.log_followers"),
         ({"slot_type": "tpu"}, "resource_manager.slot_type"),
         ({"slot_resource_requests": {"memory": 1}}, "resource_manager.slot_resource_requests"),
         ({"namespace": ""}, "resource_manager.namespace"),

@@ -94,7 +94,7 @@ class KubernetesCluster:
         self.warnings: dict[str, PodWarning] = {}  # pod name -> its latest Warning
         self.alloc_of_pod: dict[str, str] = {}
         self.told_events: dict[str, set[str]] = {}  # pod -> Events written to its task's log
-        self.logs = LogFollower(self)
+        self.logs = LogFollower(self, cfg.log_followers)
         self._applier = threading.Thread(target=self._apply_loop, name=f"k8s-apply-{name}")
         self._applier.daemon = True
         self.on_capacity: Any = None  # set by the manager: request a scheduling pass

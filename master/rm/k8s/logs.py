@@ -1,4 +1,4 @@
-"""Pod logs into detlab's task logs: one follower thread per running pod.
+"""Pod logs into detlab's task logs: a bounded set of followers (`log_followers` streams).
 
 A follower reads the pod's log with follow=true and timestamps, and hands each HTTP chunk's
 complete lines to the same writer as an agent's shipped lines (`ingest_agent_logs`, the pod's
@@ -20,12 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.rest import ApiException
 from sqlalchemy import func, select
+from urllib3.exceptions import ReadTimeoutError
 
 from master.db import db
 
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from master.rm.k8s.cluster import KubernetesCluster
 
 log = logging.getLogger("detlab.k8s")
+
+# While other pods wait for a stream, one is held this long; a silent stream ends after it.
+SLICE_S = 10.0
+MAX_ERRORS = 100  # a pod whose log fails this often is given up on (its API keeps failing)
 
 
 def split_lines(buf: bytes, chunk: bytes) -> tuple[list[tuple[str, str]], bytes]:
@@ -91,12 +97,33 @@ def _age_s(at: datetime) -> float:
     return max(0.0, (datetime.now(UTC) - at).total_seconds())
 
 
+@dataclass
+class _Pod:
+    """One pod whose log is followed: where it is, how far its log is stored."""
+
+    alloc_id: str
+    name: str
+    node: str
+    mark: Mark | None = None  # None: not read yet (the task log's mark is looked up first)
+    errors: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
 class LogFollower:
-    def __init__(self, kc: KubernetesCluster) -> None:
+    """At most `max_streams` pod logs are streamed at once, one thread each; other pods wait in
+    a queue. While pods wait, a stream is held for at most SLICE_S and then handed on: its pod
+    goes to the back of the queue and is reopened from its mark later (its lines come late,
+    never lost or twice). A silent stream also ends after SLICE_S (the read timeout), so a pod
+    that prints nothing cannot hold a thread while others wait."""
+
+    def __init__(self, kc: KubernetesCluster, max_streams: int) -> None:
         self.kc = kc
+        self._max = max_streams
         self._lock = threading.Lock()
-        self._threads: dict[str, threading.Thread] = {}  # pod name -> its follower
+        self._pods: dict[str, _Pod] = {}  # pod name -> its follower state
         self._by_alloc: dict[str, set[str]] = {}
+        self._queue: deque[_Pod] = deque()
+        self._workers = 0
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -104,25 +131,96 @@ class LogFollower:
 
     def follow(self, alloc_id: str, pod: str, node: str) -> None:
         with self._lock:
-            if pod in self._threads:
+            if pod in self._pods:
                 return
-            t = threading.Thread(
-                target=self._run, args=(alloc_id, pod, node), name=f"k8s-log-{pod}", daemon=True
-            )
-            self._threads[pod] = t
+            p = _Pod(alloc_id, pod, node)
+            self._pods[pod] = p
             self._by_alloc.setdefault(alloc_id, set()).add(pod)
-        t.start()
+            self._queue.append(p)
+            spawn = self._workers < self._max
+            if spawn:
+                self._workers += 1
+        if spawn:
+            threading.Thread(target=self._work, name="k8s-log", daemon=True).start()
 
     def drain(self, alloc_id: str, timeout: float) -> None:
-        """Wait (bounded) until the allocation's followers have read their pods' output."""
+        """Wait (bounded) until the allocation's pods' output has been read."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            threads = [self._threads[p] for p in self._by_alloc.get(alloc_id, ())]
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+            pods = [self._pods[p] for p in self._by_alloc.get(alloc_id, ())]
+        for p in pods:
+            p.done.wait(max(0.0, deadline - time.monotonic()))
         with self._lock:
-            for p in self._by_alloc.pop(alloc_id, ()):
-                self._threads.pop(p, None)
+            for name in self._by_alloc.pop(alloc_id, ()):
+                self._pods.pop(name, None)
+
+    def _waiting(self) -> bool:
+        with self._lock:
+            return bool(self._queue)
+
+    def _work(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    if not self._queue:
+                        return
+                    p = self._queue.popleft()
+                if self._read(p):
+                    p.done.set()
+                    continue
+                with self._lock:
+                    self._queue.append(p)
+        finally:
+            with self._lock:
+                self._workers -= 1
+
+    def _read(self, p: _Pod) -> bool:
+        """Stream the pod's log from its mark; True once its output has ended (or it is gone,
+        or it failed too often), False when it is to be read on later."""
+        try:
+            if p.mark is None:
+                p.mark = self._stored_mark(p.alloc_id, p.node)
+            kw: dict[str, Any] = {}
+            if p.mark.at is not None:
+                kw["since_seconds"] = int(_age_s(p.mark.at)) + 2
+            resp = self.kc.core.read_namespaced_pod_log(
+                p.name,
+                self.kc.cfg.namespace,
+                follow=True,
+                timestamps=True,
+                _preload_content=False,
+                _request_timeout=(10.0, SLICE_S),
+                **kw,
+            )
+            try:
+                return self._stream(p, resp)
+            finally:
+                resp.close()  # not reused: the stream may be cut mid-body
+                resp.release_conn()
+        except ReadTimeoutError:  # silent for SLICE_S: read on later
+            return False
+        except ApiException as e:
+            if e.status in (400, 404):  # gone, or never started
+                return True
+            log.info("k8s: log of pod %s: API error %s; retrying", p.name, e.status)
+        except Exception as e:  # noqa: BLE001 - a broken stream (or database): reopen it
+            log.info("k8s: log of pod %s broke (%s); reopening", p.name, e)
+        p.errors += 1
+        self._stop.wait(min(5.0, 0.2 * p.errors))
+        return p.errors >= MAX_ERRORS
+
+    def _stream(self, p: _Pod, resp: Any) -> bool:
+        assert p.mark is not None
+        until = time.monotonic() + SLICE_S
+        buf = b""
+        for chunk in resp.stream(65536):
+            lines, buf = split_lines(buf, chunk)
+            p.mark = self._write_fresh(p.alloc_id, p.node, lines, p.mark)
+            if time.monotonic() > until and self._waiting():
+                return False  # others wait: the incomplete rest is read again from the mark
+        if buf:
+            p.mark = self._write_fresh(p.alloc_id, p.node, split_lines(buf, b"\n")[0], p.mark)
+        return True  # the container's output ended
 
     def _write(self, alloc_id: str, node: str, lines: list[tuple[str, str]]) -> None:
         from master.services.trial.logs import ingest_agent_logs
@@ -174,37 +272,3 @@ class LogFollower:
             return Mark()
         at = row[0] if row[0].tzinfo is not None else row[0].replace(tzinfo=UTC)
         return Mark(at, int(row[1]))
-
-    def _run(self, alloc_id: str, pod: str, node: str) -> None:
-        mark: Mark | None = None
-        for attempt in range(100):
-            if self._stop.is_set():
-                return
-            try:
-                if mark is None:
-                    mark = self._stored_mark(alloc_id, node)
-                kw: dict[str, Any] = {}
-                if mark.at is not None:
-                    kw["since_seconds"] = int(_age_s(mark.at)) + 2
-                resp = self.kc.core.read_namespaced_pod_log(
-                    pod,
-                    self.kc.cfg.namespace,
-                    follow=True,
-                    timestamps=True,
-                    _preload_content=False,
-                    **kw,
-                )
-                buf = b""
-                for chunk in resp.stream(65536):
-                    lines, buf = split_lines(buf, chunk)
-                    mark = self._write_fresh(alloc_id, node, lines, mark)
-                if buf:
-                    mark = self._write_fresh(alloc_id, node, split_lines(buf, b"\n")[0], mark)
-                return  # the container's output ended
-            except ApiException as e:
-                if e.status in (400, 404):  # gone, or never started
-                    return
-                log.info("k8s: log of pod %s: API error %s; retrying", pod, e.status)
-            except Exception as e:  # noqa: BLE001 - a broken stream (or database): reopen it
-                log.info("k8s: log of pod %s broke (%s); reopening", pod, e)
-            self._stop.wait(min(5.0, 0.2 * (attempt + 1)))
