@@ -97,7 +97,7 @@ def _age_s(at: datetime) -> float:
     return max(0.0, (datetime.now(UTC) - at).total_seconds())
 
 
-@dataclass
+@dataclass(eq=False)  # one per pod: compared by identity (queue removal)
 class _Pod:
     """One pod whose log is followed: where it is, how far its log is stored."""
 
@@ -148,6 +148,10 @@ class LogFollower:
         deadline = time.monotonic() + timeout
         with self._lock:
             pods = [self._pods[p] for p in self._by_alloc.get(alloc_id, ())]
+            for p in pods:  # ended pods first: their Job is deleted after this (bounded) wait
+                if p in self._queue:
+                    self._queue.remove(p)
+                    self._queue.appendleft(p)
         for p in pods:
             p.done.wait(max(0.0, deadline - time.monotonic()))
         with self._lock:
