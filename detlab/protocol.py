@@ -25,6 +25,9 @@ class ExitCause(StrEnum):
     BACKEND_PREEMPTED = "backend_preempted"  # Slurm took the job back (preemption, time limit)
     # A Kubernetes pod of the gang stayed Unschedulable past the RM's pending_timeout.
     POD_UNSCHEDULABLE = "pod_unschedulable"
+    # The backend did not take the job for a reason that passes (Slurm's controller or munge
+    # did not answer sbatch): requeued, the trial's restarts untouched.
+    BACKEND_UNAVAILABLE = "backend_unavailable"
 
     @property
     def message(self) -> str:
@@ -43,6 +46,7 @@ class ExitCause(StrEnum):
             ExitCause.INSTANCE_INTERRUPTED,
             ExitCause.BACKEND_PREEMPTED,
             ExitCause.POD_UNSCHEDULABLE,
+            ExitCause.BACKEND_UNAVAILABLE,
         )
 
     @classmethod
@@ -64,6 +68,7 @@ _MESSAGES = {
     ExitCause.NEVER_FITS: "can never fit",
     ExitCause.BACKEND_PREEMPTED: "Slurm took the job back (preemption or its time limit)",
     ExitCause.POD_UNSCHEDULABLE: "its Kubernetes pods could not be scheduled in time",
+    ExitCause.BACKEND_UNAVAILABLE: "Slurm did not take the job (its controller did not answer)",
 }
 
 

@@ -14,6 +14,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,10 @@ class _Health:
     # Pool -> what is wrong with its partition (down or drained nodes), from the last sinfo.
     pool_notes: dict[str, str] = field(default_factory=dict)
     failing: str | None = None  # the Slurm failure logged, until a command works again
+    # After an sbatch that failed because Slurm did not answer: submissions wait until
+    # `hold_until` (time.monotonic), `backoff_s` doubling while the failures go on.
+    backoff_s: float | None = None
+    hold_until: float = 0.0
 
 
 class SlurmResourceManager:
@@ -108,6 +113,13 @@ class SlurmResourceManager:
     def capacity(self, pools: set[str]) -> list[AgentView]:
         """One view per partition: its slots from `sinfo` (Slurm, not detlab, decides where
         they go, so every slot counts as free)."""
+        wait = self.health.hold_until - time.monotonic()
+        if wait > 0:
+            # Slurm did not answer the last sbatch: no submission until the back-off ends, and
+            # the pools say why their trials wait.
+            for pool in pools:
+                self.pool_notes[pool] = f"{self.health.failing}; asking Slurm again in {wait:.0f} s"
+            return []
         out = run_cli(list(cli.SINFO_ARGV))
         if out.returncode != 0:
             line = self._failed("sinfo", out.stderr)
@@ -168,10 +180,8 @@ class SlurmResourceManager:
         out = run_cli(cli.sbatch_argv(self.cfg, sub, user, as_root=os.geteuid() == 0))
         if out.returncode != 0:
             words = cli.slurm_words(out.stderr)
-            munge = health.munge_failure(out.stderr)
-            if munge:
-                write_line(alloc, munge)
-                allocation_exited(alloc, None, self._failed("sbatch", out.stderr))
+            if health.transient_failure(out.stderr):
+                self._unanswered(alloc, out.stderr)
             elif cli.refusal_never_fits(out.stderr):
                 write_line(alloc, f"can never fit: Slurm refused the job: {words}")
                 allocation_exited(alloc, None, f"can never fit: {words}", ExitCause.NEVER_FITS)
@@ -179,6 +189,7 @@ class SlurmResourceManager:
                 allocation_exited(alloc, None, f"sbatch failed: {words}")
             return alloc
         self._worked()
+        self.health.backoff_s = None
         job_id = cli.parse_job_id(out.stdout)
         # A trial is RUNNING once its harness reports (harness_reported), not when Slurm starts
         # the batch script; a command has no harness, so Slurm's word is all there is.
@@ -193,6 +204,21 @@ class SlurmResourceManager:
         )
         write_line(alloc, f"submitted to Slurm as job {job_id} (partition {pool})")
         return alloc
+
+    def _unanswered(self, alloc: Allocation, stderr: str) -> None:
+        """sbatch failed because Slurm (or munge) did not answer: the trial goes back to the
+        queue without spending a restart, and the pool's submissions wait a back-off."""
+        from master.services.task.tasks import allocation_exited
+
+        line = self._failed("sbatch", stderr)
+        self.health.backoff_s = health.next_backoff(self.health.backoff_s)
+        self.health.hold_until = time.monotonic() + self.health.backoff_s
+        write_line(
+            alloc,
+            f"{line}; back to the queue (its restarts untouched), Slurm is asked again in "
+            f"{self.health.backoff_s:g} s",
+        )
+        allocation_exited(alloc, None, line, ExitCause.BACKEND_UNAVAILABLE)
 
     def _write_job(self, job_dir: Path, spec: dict[str, Any], user: cli.JobUser) -> None:
         job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -1,8 +1,10 @@
 """Slurm unwell, in detlab's words: a drained node (the pool says so, a job pending on it says
-why) and munge failing (one clear line in the task's log and the master's, no crash loop)."""
+why), munge failing (one clear line in the task's log and the master's, no crash loop), and an
+sbatch that Slurm did not answer (the trial waits and is submitted again, its restarts kept)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -114,3 +116,52 @@ def slurm_master_with_broken_munge(cluster_factory, slurm: Path, monkeypatch):  
     (conf_dir / "gres.conf").write_text((Path(slurm).parent / "gres.conf").read_text())
     monkeypatch.setenv("SLURM_CONF", str(conf_dir / "slurm.conf"))
     return slurm_master(cluster_factory)
+
+
+SBATCH_THAT_TIMES_OUT = """#!/bin/sh
+# The real sbatch, except that its first {n} calls fail as a slurmctld too busy to answer does.
+n=$(cat "{count}" 2>/dev/null || echo 0)
+if [ "$n" -lt {n} ]; then
+    echo $((n + 1)) > "{count}"
+    echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2
+    exit 1
+fi
+exec {real} "$@"
+"""
+
+
+def test_an_sbatch_slurm_did_not_answer_spends_no_restart(
+    slurm: Path, cluster_factory, monkeypatch, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    real = subprocess.run(["which", "sbatch"], capture_output=True, text=True, check=True)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    count = tmp_path / "sbatch-calls"
+    wrapper = bindir / "sbatch"
+    wrapper.write_text(SBATCH_THAT_TIMES_OUT.format(n=2, count=count, real=real.stdout.strip()))
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    c = slurm_master(cluster_factory)
+    config = digits_config(
+        c,
+        searcher={
+            "name": "single",
+            "metric": "validation_accuracy",
+            "smaller_is_better": False,
+            "max_length": {"batches": 50},
+        },
+        min_validation_period={"batches": 50},
+        max_restarts=0,  # a spent restart would fail the trial
+        resources={"slots_per_trial": 1, "resource_pool": "low"},
+    )
+    exp_id = submit(c, config, DIGITS)
+    d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
+    assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
+    assert count.read_text().strip() == "2"
+    trial = d["trials"][0]
+    assert trial.get("restarts", 0) == 0, trial
+    logs = "\n".join(c.logs(trial["id"]))
+    assert "sbatch failed: Batch job submission failed: Socket timed out" in logs, logs
+    assert "back to the queue (its restarts untouched), Slurm is asked again in 5 s" in logs
+    assert "Slurm is asked again in 10 s" in logs  # the second failure doubled the wait
+    assert "submitted to Slurm as job" in logs

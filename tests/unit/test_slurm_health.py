@@ -65,3 +65,26 @@ def test_munge_failures_are_one_line() -> None:
     assert line.startswith("Slurm's authentication (munge) fails")
     assert "Munge encode failed" in line
     assert health.munge_failure("sbatch: error: Invalid partition name specified") is None
+
+
+def test_sbatch_failures_that_pass_are_told_apart_from_wrong_jobs() -> None:
+    timed_out = (
+        "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"
+    )
+    assert health.transient_failure(timed_out)
+    assert health.transient_failure(
+        "sbatch: error: Batch job submission failed: Unable to contact slurm controller "
+        "(connect failure)\n"
+    )
+    assert health.transient_failure("sbatch: error: Munge encode failed: Socket communication")
+    assert health.transient_failure("sbatch did not answer within 30 s")
+    assert not health.transient_failure("sbatch: error: Invalid partition name specified")
+    assert not health.transient_failure("sbatch: error: invalid time limit specification")
+
+
+def test_the_sbatch_back_off_doubles_to_a_minute() -> None:
+    waits, w = [], None
+    for _ in range(6):
+        w = health.next_backoff(w)
+        waits.append(w)
+    assert waits == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]

@@ -230,6 +230,8 @@ def command_start_spec(alloc: Allocation, agent_id: str, rank: int, slots: list[
         slot_indexes=tuple(slots),
         env=env,
         environment=dict(spec.get("environment") or {}),
+        # A TensorBoard's read-only view of its sources' shared_fs storage (tensorboards.py).
+        bind_mounts=list(spec.get("bind_mounts") or []),
         # Whose code this is: the agent runs it as that user's Unix identity (docs/security.md).
         # A command whose owner was deleted carries none, and agents refuse it.
         user=task_user(owner, current_app.config["DET"].agent_user_group) if owner else None,

@@ -92,12 +92,21 @@ def jupyter_entrypoint(task_id: str) -> list[str]:
     return ["sh", "-c", f'exec {shlex.join(args)} --ServerApp.port="$DET_TASK_PORT"']
 
 
+def cluster_idle_timeout(own: float | None, key: str) -> float | None:
+    """A task's idle timeout: its config's own, else the cluster's default for its kind
+    (master.yaml's `notebook_timeout` or `tensorboard_timeout`, Determined's keys; None: never
+    reaped). Applied once, when the task is created: a master restarted with another default
+    leaves running tasks as they were started."""
+    if own is not None:
+        return own
+    default = getattr(current_app.config["DET"], key)
+    return float(default) if default is not None else None
+
+
 def create_notebook(owner_id: int, body: dict[str, Any]) -> tuple[Task, list[str]]:
     """The new notebook, and warnings naming the config keys it accepted without acting on."""
     config = parse_notebook_config(body)
-    if config["idle_timeout"] is None:  # the cluster's default (master.yaml notebook_timeout)
-        default = current_app.config["DET"].notebook_timeout
-        config["idle_timeout"] = float(default) if default is not None else None
+    config["idle_timeout"] = cluster_idle_timeout(config["idle_timeout"], "notebook_timeout")
     task_id = str(uuid.uuid4())
     return create_proxied_task(
         owner_id,
