@@ -69,7 +69,7 @@ def test_a_pod_reads_a_secret_and_waits_for_one_that_is_missing(
     srv.cluster.add_node("n1", cpus=4)
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     job = _job("j", [sys.executable, "-c", "import os; print('token=' + os.environ['TOKEN'])"])
-    env = job["spec"]["template"]["spec"]["containers"][0]["env"]  # type: ignore[index]
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
     env.append({"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "TOKEN"}}})
     env.append(
         {"name": "NONE", "valueFrom": {"secretKeyRef": {"name": "t", "key": "K", "optional": True}}}
@@ -161,7 +161,7 @@ def test_what_the_fake_simulates_it_reports_as_events(
     # An image that cannot be pulled; a pod that runs gets Normal events, which the selector
     # leaves out.
     job = _job("img", [sys.executable, "-c", "pass"])
-    job["spec"]["template"]["spec"]["containers"][0]["image"] = "unpullable/x:1"  # type: ignore[index]
+    job["spec"]["template"]["spec"]["containers"][0]["image"] = "unpullable/x:1"
     batch.create_namespaced_job(NS, job)
     batch.create_namespaced_job(NS, _job("ok", [sys.executable, "-c", "pass"]))
     by_reason = {
