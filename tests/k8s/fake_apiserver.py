@@ -122,6 +122,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fc.frozen:
             self._error(503, "ServiceUnavailable", "the fake API server is frozen by the test")
             return
+        if kind in fc.forbidden:  # RBAC that does not grant this kind
+            self._error(403, "Forbidden", f"{kind.lower()}s is forbidden: the test's RBAC")
+            return
         ns, name = parts.get("ns"), parts.get("name", "")
         try:
             if method == "GET" and what == "collection":

@@ -48,6 +48,8 @@ class FakeCluster(Kubelet, Secrets, Events):
     watch_epoch: int = 0
     # While True every request gets 503 (an API server outage); open streams go on.
     frozen: bool = False
+    # Kinds every request for is refused with 403 (a service account's RBAC without them).
+    forbidden: set[str] = field(default_factory=set)
     # While True pending pods stay unbound (the scheduler is slow): see release_binding().
     hold_binding: bool = False
     # False: bound pods are marked Running without a process (scale simulations).

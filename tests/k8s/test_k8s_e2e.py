@@ -444,3 +444,20 @@ def test_a_pods_warning_event_is_its_pending_reason_and_in_its_log(
     assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
     assert sum(why in ln for ln in cluster.logs(trial["id"])) == 1, "each event logged once"
     assert not _reason(cluster, exp_id)
+
+
+def test_no_secret_no_job_the_token_never_goes_into_the_spec(
+    k8s_cluster: Callable[..., Cluster], fake: FakeApiServer
+) -> None:
+    fake.cluster.add_node("a", gpus=1)
+    fake.cluster.forbidden.add("Secret")  # a deployment whose RBAC predates the Secrets
+    cluster = k8s_cluster()
+    exp_id = submit(cluster, long_job(cluster, "nosecret", batches=20))
+    trial = only_trial(cluster, exp_id)
+    refused = "cannot create its Kubernetes Secret and Job: 403 Forbidden"
+    wait_for(lambda: any(refused in ln for ln in cluster.logs(trial["id"])), 60, what="refused")
+    assert not [c for c in fake.cluster.history if c.kind == "Job"], "no Job without its Secret"
+    assert only_trial(cluster, exp_id)["restarts"] == 0, "not the trial's fault"
+    fake.cluster.forbidden.clear()  # the RBAC is fixed: the queued trial starts and completes
+    d = cluster.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)

@@ -217,12 +217,14 @@ class KubernetesCluster:
             self.wake.wait(timeout=1.0)
             self.wake.clear()
             if time.monotonic() - self.swept_at > SWEEP_EVERY_S or not self.swept_at:
+                self.swept_at = time.monotonic()
                 try:
                     with self.app.app_context():
                         sweep_secrets(self)
-                    self.swept_at = time.monotonic()
-                except Exception:  # noqa: BLE001 - the API or database is away: next round
-                    log.exception("k8s %s: deleting leftover Secrets failed", self.name)
+                except Exception as e:  # noqa: BLE001 - the API or database is away (or RBAC
+                    # refuses listing Secrets): once a minute, not at every wake-up
+                    log.warning("k8s %s: deleting leftover Secrets failed: %s", self.name, e)
+                    self.swept_at -= SWEEP_EVERY_S - 60.0
             dirty = self.take_dirty()
             with self._lock:
                 jobs, self.pending_jobs = self.pending_jobs, {}

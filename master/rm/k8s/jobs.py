@@ -45,7 +45,7 @@ def create_pending_jobs(kc: KubernetesCluster, jobs: dict[str, AllocationObjects
             except ApiException as e:
                 if e.status == 409:  # created by an earlier try that failed later on
                     continue
-                msg = f"cannot create its Kubernetes Job: {e.status} {e.reason}"
+                msg = f"cannot create its Kubernetes Secret and Job: {e.status} {e.reason}"
                 log.warning("k8s %s: allocation %s %s", kc.name, aid, msg)
                 write_line(alloc, msg)
                 allocation_exited(alloc, None, msg, ExitCause.POD_UNSCHEDULABLE)
