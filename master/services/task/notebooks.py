@@ -22,6 +22,7 @@ from master.models import Task
 from master.services.queue.kicker import request_schedule
 from master.services.task.commands import parse_resources_environment
 from master.services.task.task_config import split
+from master.services.task.task_context import Upload, add_with_context
 from master.services.transitions import born
 from master.states import TaskState, TaskType
 
@@ -103,8 +104,11 @@ def cluster_idle_timeout(own: float | None, key: str) -> float | None:
     return float(default) if default is not None else None
 
 
-def create_notebook(owner_id: int, body: dict[str, Any]) -> tuple[Task, list[str]]:
-    """The new notebook, and warnings naming the config keys it accepted without acting on."""
+def create_notebook(
+    owner_id: int, body: dict[str, Any], context: Upload | None = None
+) -> tuple[Task, list[str]]:
+    """The new notebook (with its `--context`, if any), and warnings naming the config keys it
+    accepted without acting on."""
     config = parse_notebook_config(body)
     config["idle_timeout"] = cluster_idle_timeout(config["idle_timeout"], "notebook_timeout")
     task_id = str(uuid.uuid4())
@@ -116,6 +120,7 @@ def create_notebook(owner_id: int, body: dict[str, Any]) -> tuple[Task, list[str
         name=config["description"] or f"JupyterLab ({task_id[:8]})",
         entrypoint=jupyter_entrypoint(task_id),
         token_env="JUPYTER_TOKEN",
+        context=context,
     ), config["warnings"]
 
 
@@ -128,34 +133,34 @@ def create_proxied_task(
     name: str,
     entrypoint: list[str],
     token_env: str,
+    context: Upload | None = None,
 ) -> Task:
     """A task served through the proxy (a notebook, a shell), queued for a slot."""
     res = config["resources"]
     token = secrets.token_urlsafe(32)
+    task = Task(
+        id=task_id,
+        type=kind,
+        state=TaskState.ACTIVE,
+        owner_id=owner_id,
+        name=name,
+        resource_pool=res["resource_pool"],
+        slots=res["slots"],
+        priority=res["priority"],
+        preemptible=res["preemptible"],
+        spec={
+            "entrypoint": entrypoint,
+            "environment": config["environment"],
+            "proxy": True,
+            # The task's own token: the proxy adds it; no API answer ever carries it.
+            "service_token": token,
+            "service_env": {token_env: token},
+            "idle_timeout": config.get("idle_timeout"),
+            "notebook_idle_type": config.get("notebook_idle_type"),
+        },
+    )
+    add_with_context(task, context)
     with state_lock():
-        task = Task(
-            id=task_id,
-            type=kind,
-            state=TaskState.ACTIVE,
-            owner_id=owner_id,
-            name=name,
-            resource_pool=res["resource_pool"],
-            slots=res["slots"],
-            priority=res["priority"],
-            preemptible=res["preemptible"],
-            spec={
-                "entrypoint": entrypoint,
-                "environment": config["environment"],
-                "proxy": True,
-                # The task's own token: the proxy adds it; no API answer ever carries it.
-                "service_token": token,
-                "service_env": {token_env: token},
-                "idle_timeout": config.get("idle_timeout"),
-                "notebook_idle_type": config.get("notebook_idle_type"),
-            },
-        )
-        db.session.add(task)
-        db.session.flush()
         born("task", task.id, TaskState.ACTIVE, f"{kind.value.lower()} started")
         db.session.commit()
     request_schedule()
