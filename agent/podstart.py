@@ -1,7 +1,8 @@
 """A task's first process in its Kubernetes pod (`python3 -m agent.podstart`).
 
 The Kubernetes RM (master/rm/k8s) puts the allocation's start spec in the pod's environment
-(DET_K8S_START_SPEC): this fetches the model definition with the allocation's session token,
+(DET_K8S_START_SPEC), and its credentials (the session token) in the pod's environment from the
+allocation's Secret: this fetches the model definition with the allocation's session token,
 extracts it into a fresh work directory, builds the task's environment the way every agent
 runtime does (agent/runtime/_env.py: a container's GPUs are numbered from 0), and execs the
 entrypoint in its place, so the pod's exit code and output are the task's own. A gang's pods
@@ -26,10 +27,9 @@ from harness.api import Session
 SPEC_ENV = "DET_K8S_START_SPEC"
 
 
-def _fetch_model_def(spec: StartSpec, master: str, workdir: Path) -> None:
+def _fetch_model_def(spec: StartSpec, master: str, workdir: Path, token: str | None) -> None:
     if not spec.model_def_url:
         return
-    token = spec.env.get("DET_SESSION_TOKEN")
     path = spec.model_def_url.removeprefix("/api/v1")
     resp = Session(master, token, timeout=120.0, outage_s=60.0).request("GET", path)
     data = resp.content
@@ -49,7 +49,10 @@ def prepare(environ: dict[str, str]) -> tuple[list[str], dict[str, str], Path]:
     spec = StartSpec.parse(json.loads(environ[SPEC_ENV]))
     master = environ.get("DET_MASTER") or spec.env.get("DET_MASTER", "")
     workdir = Path(tempfile.mkdtemp(prefix="detlab-task-"))
-    _fetch_model_def(spec, master, workdir)
+    # The session token comes from the allocation's Secret (an env var of the pod, not in the
+    # start spec, which anyone who can read the Job can read); the task inherits it.
+    token = environ.get("DET_SESSION_TOKEN") or spec.env.get("DET_SESSION_TOKEN")
+    _fetch_model_def(spec, master, workdir, token)
     root = harness_root()
     kind = "gpu" if environ.get("DET_K8S_SLOT_TYPE", "cuda") == "cuda" else "cpu"
     slots = [{"index": i, "type": kind} for i in spec.slot_indexes]

@@ -7,14 +7,17 @@
     POST   /api/v1/namespaces/NS/pods                        a pod not created by detlab
     GET    /api/v1/namespaces/NS/pods/NAME[/log]             one pod, its log
     DELETE /api/v1/namespaces/NS/pods/NAME
-    GET    /api/v1/namespaces/NS/events                      (empty list: no events kept)
+    GET|POST /api/v1/namespaces/NS/secrets[?labelSelector=..]    (GET /api/v1/secrets: all)
+    GET|PATCH|DELETE /api/v1/namespaces/NS/secrets/NAME      (PATCH: a merge patch of metadata)
+    GET    /api/v1/[namespaces/NS/]events[?fieldSelector=..&watch=true]   list / watch
     POST   /apis/batch/v1/namespaces/NS/jobs                 a Job: its pods are created at once
     GET    /apis/batch/v1/[namespaces/NS/]jobs[/NAME]        list / watch / one
     DELETE /apis/batch/v1/namespaces/NS/jobs/NAME            propagationPolicy: body or query
 
-A watch replays the changes after its resourceVersion and then streams new ones (chunked JSON
-lines) until timeoutSeconds; a resourceVersion older than the kept history gets an ERROR event
-with a 410 Status, as from a real server after compaction. State and pod processes:
+Lists and watches take labelSelector and fieldSelector (equality forms). A watch replays the
+changes after its resourceVersion and then streams new ones (chunked JSON lines) until
+timeoutSeconds; a resourceVersion older than the kept history gets an ERROR event with a 410
+Status, as from a real server after compaction. State and pod processes:
 fake_cluster.py. `FakeApiServer.kubeconfig()` writes a kubeconfig pointing at it.
 """
 
@@ -23,6 +26,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import select
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,7 +39,7 @@ import yaml
 
 from tests.k8s.fake_cluster import Conflict, FakeCluster, NotFound
 from tests.k8s.fake_discovery import discovery
-from tests.k8s.fake_objects import matches, parse_selector, status
+from tests.k8s.fake_objects import field_matches, matches, parse_selector, status
 
 _ROUTES = [
     (re.compile(r"^/api/v1/nodes$"), "Node", "collection"),
@@ -43,16 +48,22 @@ _ROUTES = [
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$"), "Pod", "collection"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)$"), "Pod", "item"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log$"), "Pod", "log"),
+    (re.compile(r"^/api/v1/events$"), "Event", "collection"),
     (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$"), "Event", "collection"),
+    (re.compile(r"^/api/v1/secrets$"), "Secret", "collection"),
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets$"), "Secret", "collection"),
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/secrets/(?P<name>[^/]+)$"), "Secret", "item"),
     (re.compile(r"^/apis/batch/v1/jobs$"), "Job", "collection"),
     (re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs$"), "Job", "collection"),
     (re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)$"), "Job", "item"),
 ]
+_CREATE = {"Pod": "create_pod", "Job": "create_job", "Secret": "create_secret"}
 _LIST_KIND = {
     "Node": ("NodeList", "v1"),
     "Pod": ("PodList", "v1"),
     "Job": ("JobList", "batch/v1"),
     "Event": ("EventList", "v1"),
+    "Secret": ("SecretList", "v1"),
 }
 
 
@@ -111,6 +122,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fc.frozen:
             self._error(503, "ServiceUnavailable", "the fake API server is frozen by the test")
             return
+        if kind in fc.forbidden:  # RBAC that does not grant this kind
+            self._error(403, "Forbidden", f"{kind.lower()}s is forbidden: the test's RBAC")
+            return
         ns, name = parts.get("ns"), parts.get("name", "")
         try:
             if method == "GET" and what == "collection":
@@ -122,14 +136,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, fc.get(kind, ns or "", name))
             elif method == "GET" and what == "log":
                 self._log(ns or "", name, q)
-            elif method == "POST" and what == "collection" and kind in ("Pod", "Job"):
-                body = self._body()
-                obj = (
-                    fc.create_job(ns or "", body)
-                    if kind == "Job"
-                    else fc.create_pod(ns or "", body)
-                )
-                self._send(201, obj)
+            elif method == "POST" and what == "collection" and kind in _CREATE:
+                self._send(201, getattr(fc, _CREATE[kind])(ns or "", self._body()))
+            elif method == "PATCH" and what == "item" and kind == "Secret":
+                if "json-patch" in (self.headers.get("Content-Type") or ""):
+                    self._error(415, "UnsupportedMediaType", "only merge patches are served")
+                    return
+                self._send(200, fc.patch_secret(ns or "", name, self._body()))
             elif method == "DELETE" and what == "item":
                 body = self._body()
                 if kind == "Job":
@@ -137,6 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send(200, fc.delete_job(ns or "", name, policy))
                 elif kind == "Pod":
                     self._send(200, fc.delete_pod(ns or "", name, body.get("gracePeriodSeconds")))
+                elif kind == "Secret":
+                    self._send(200, fc.delete_secret(ns or "", name))
                 else:
                     fc.remove_node(name)
                     self._send(200, status(200, "", ""))
@@ -157,6 +172,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_DELETE(self) -> None:  # noqa: N802
         self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
 
     # -- logs --
 
@@ -181,6 +199,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         sent = 0
+        with fc.cond:  # how many follow streams are open at once (tests bound it)
+            # A stream whose client has closed it counts no more, even before its thread
+            # notices: what counts is what clients hold open.
+            fc.log_readers = {h for h in fc.log_readers if not h._client_gone()} | {self}
+            fc.max_log_streams = max(fc.max_log_streams, len(fc.log_readers))
         try:
             while True:
                 lines, done = fc.pod_log(ns, name, sent, None)
@@ -190,7 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
                     data = render(lines)
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
-                if done:
+                if done or self._client_gone():
                     break
                 with fc.cond:
                     fc.cond.wait(timeout=0.5)
@@ -198,14 +221,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError, NotFound):
             pass
+        finally:
+            with fc.cond:
+                fc.log_readers.discard(self)
         self.close_connection = True
+
+    def _client_gone(self) -> bool:
+        """The client closed its end (a stream it stopped reading): EOF is readable."""
+        try:
+            ready, _, _ = select.select([self.connection], [], [], 0)
+            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     # -- list and watch --
 
     def _list(self, kind: str, ns: str | None, q: dict[str, str]) -> None:
         items, rv = self.server.cluster.list(kind, ns)
         sel = parse_selector(q.get("labelSelector"))
-        items = [o for o in items if matches(o["metadata"].get("labels") or {}, sel)]
+        fields = parse_selector(q.get("fieldSelector"))
+        items = [
+            o
+            for o in items
+            if matches(o["metadata"].get("labels") or {}, sel) and field_matches(o, fields)
+        ]
         list_kind, api = _LIST_KIND[kind]
         self._send(
             200,
@@ -220,6 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _watch(self, kind: str, ns: str | None, q: dict[str, str]) -> None:
         fc = self.server.cluster
         sel = parse_selector(q.get("labelSelector"))
+        fields = parse_selector(q.get("fieldSelector"))
         deadline = time.monotonic() + float(q.get("timeoutSeconds") or 1800)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -234,7 +274,8 @@ class _Handler(BaseHTTPRequestHandler):
         def wanted(obj: dict[str, Any]) -> bool:
             md = obj["metadata"]
             in_ns = ns is None or kind == "Node" or md.get("namespace") == ns
-            return obj["kind"] == kind and in_ns and matches(md.get("labels") or {}, sel)
+            labelled = matches(md.get("labels") or {}, sel)
+            return obj["kind"] == kind and in_ns and labelled and field_matches(obj, fields)
 
         rv_raw = q.get("resourceVersion") or "0"
         try:

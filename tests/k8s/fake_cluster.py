@@ -18,10 +18,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.k8s.fake_events import Events
 from tests.k8s.fake_kubelet import Kubelet, _killpg, _later, _Proc
 from tests.k8s.fake_objects import GPU, Conflict, NotFound, node_object, now, pod_requests, quantity
+from tests.k8s.fake_secrets import Secrets
 
-KINDS = ("Node", "Pod", "Job", "Event")
+KINDS = ("Node", "Pod", "Job", "Event", "Secret")
 HISTORY = 5000
 INDEX = "batch.kubernetes.io/job-completion-index"
 
@@ -35,7 +37,7 @@ class Change:
 
 
 @dataclass
-class FakeCluster(Kubelet):
+class FakeCluster(Kubelet, Secrets, Events):
     grace_s: float = 5.0
     rv: int = 1
     history: list[Change] = field(default_factory=list)
@@ -46,10 +48,15 @@ class FakeCluster(Kubelet):
     watch_epoch: int = 0
     # While True every request gets 503 (an API server outage); open streams go on.
     frozen: bool = False
+    # Kinds every request for is refused with 403 (a service account's RBAC without them).
+    forbidden: set[str] = field(default_factory=set)
     # While True pending pods stay unbound (the scheduler is slow): see release_binding().
     hold_binding: bool = False
     # False: bound pods are marked Running without a process (scale simulations).
     run_processes: bool = True
+    # The handlers of the pod log streams (follow=true) open now, and the most open at once.
+    log_readers: set[Any] = field(default_factory=set)
+    max_log_streams: int = 0
 
     def __post_init__(self) -> None:
         self.cond = threading.Condition(threading.RLock())
@@ -245,12 +252,18 @@ class FakeCluster(Kubelet):
                 if pod["status"]["conditions"] != [cond]:
                     pod["status"]["conditions"] = [cond]
                     self._record("MODIFIED", pod)
+                    self.emit_event(
+                        pod, "Warning", "FailedScheduling", cond["message"], "default-scheduler"
+                    )
                 continue
             pod["spec"]["nodeName"] = fits[0]
             pod["status"]["conditions"] = [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}
             ]
             self._record("MODIFIED", pod)
+            md = pod["metadata"]
+            msg = f"Successfully assigned {md['namespace']}/{md['name']} to {fits[0]}"
+            self.emit_event(pod, "Normal", "Scheduled", msg, "default-scheduler")
             self._start(pod)
 
     def _allowed(self, pod: dict[str, Any], node: dict[str, Any]) -> bool:
@@ -416,8 +429,9 @@ class FakeCluster(Kubelet):
             if job is None:
                 raise NotFound(f'jobs.batch "{name}" not found')
             self._remove(job)
+            uid = job["metadata"]["uid"]
+            self.collect_dependents(uid, orphan=propagation not in ("Background", "Foreground"))
             if propagation in ("Background", "Foreground"):
-                uid = job["metadata"]["uid"]
                 for pod in self._pods(
                     lambda p: (p["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid
                 ):

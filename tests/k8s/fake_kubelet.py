@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.k8s.fake_objects import NotFound, now
+from tests.k8s.fake_secrets import MissingSecret
 
 
 @dataclass
@@ -30,50 +31,48 @@ class Kubelet:
     procs: dict[str, _Proc]
     objects: dict[tuple[str, str, str], dict[str, Any]]
     run_processes: bool
+    secret_value: Any
+    emit_event: Any
+
+    def _waiting(self, pod: dict[str, Any], reason: str, message: str, event: str = "") -> None:
+        """The container cannot start (yet): the pod stays Pending with this waiting reason, and
+        a Warning event says why (`event`, or the message)."""
+        c = pod["spec"]["containers"][0]
+        pod["status"]["containerStatuses"] = [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"waiting": {"reason": reason, "message": message}},
+            }
+        ]
+        self._record("MODIFIED", pod)
+        self.emit_event(pod, "Warning", "Failed", event or message, "kubelet")
 
     def _start(self, pod: dict[str, Any]) -> None:
-        c0 = pod["spec"]["containers"][0]
-        if str(c0.get("image", "")).startswith("unpullable"):  # a registry that refuses it
-            pod["status"]["containerStatuses"] = [
-                {
-                    "name": c0["name"],
-                    "image": c0["image"],
-                    "imageID": "",
-                    "ready": False,
-                    "restartCount": 0,
-                    "state": {
-                        "waiting": {
-                            "reason": "ErrImagePull",
-                            "message": f"pull access denied for {c0['image']}",
-                        }
-                    },
-                }
-            ]
-            self._record("MODIFIED", pod)
+        c = pod["spec"]["containers"][0]
+        if str(c.get("image", "")).startswith("unpullable"):  # a registry that refuses it
+            msg = (
+                f'Failed to pull image "{c["image"]}": pull access denied for {c["image"]}, '
+                "repository does not exist or may require 'docker login'"
+            )
+            self._waiting(pod, "ErrImagePull", msg)
+            return
+        try:
+            env = self._container_env(pod, c)
+        except MissingSecret as e:  # the kubelet retries when the Secret comes (fake_secrets)
+            self._waiting(pod, "CreateContainerConfigError", str(e), f"Error: {e}")
             return
         if not self.run_processes:
             pod["status"].update(phase="Running", podIP="127.0.0.1", startTime=now())
             self._record("MODIFIED", pod)
             return
-        c = pod["spec"]["containers"][0]
         argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
-        env = {
-            # The "image" is this machine's Python with detlab importable (PYTHONPATH).
-            "PATH": os.environ.get("PATH", os.defpath),
-            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-            "HOME": os.environ.get("HOME", "/tmp"),
-            "HOSTNAME": pod["metadata"]["name"],
-        }
-        for e in c.get("env") or []:
-            ref = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-            if ref == "metadata.name":
-                env[e["name"]] = pod["metadata"]["name"]
-            elif ref == "spec.nodeName":
-                env[e["name"]] = pod["spec"]["nodeName"]
-            elif ref == "status.podIP":
-                env[e["name"]] = "127.0.0.1"
-            else:
-                env[e["name"]] = str(e.get("value", ""))
+        if not argv:  # the fake has no image whose entrypoint would run instead
+            self._finish_pod(pod, 128, reason="StartError", message="no command (no image here)")
+            return
         try:
             popen = subprocess.Popen(
                 argv,
@@ -108,11 +107,37 @@ class Kubelet:
             ],
         )
         self._record("MODIFIED", pod)
+        self.emit_event(pod, "Normal", "Started", f"Started container {c['name']}", "kubelet")
         threading.Thread(
             target=self._reap,
             args=(pod["metadata"]["namespace"], pod["metadata"]["name"], popen),
             daemon=True,
         ).start()
+
+    def _container_env(self, pod: dict[str, Any], c: dict[str, Any]) -> dict[str, str]:
+        env = {
+            # The "image" is this machine's Python with detlab importable (PYTHONPATH).
+            "PATH": os.environ.get("PATH", os.defpath),
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "HOSTNAME": pod["metadata"]["name"],
+        }
+        for e in c.get("env") or []:
+            src = e.get("valueFrom") or {}
+            ref = (src.get("fieldRef") or {}).get("fieldPath")
+            if ref == "metadata.name":
+                env[e["name"]] = pod["metadata"]["name"]
+            elif ref == "spec.nodeName":
+                env[e["name"]] = pod["spec"]["nodeName"]
+            elif ref == "status.podIP":
+                env[e["name"]] = "127.0.0.1"
+            elif "secretKeyRef" in src:
+                value = self.secret_value(pod["metadata"]["namespace"], src["secretKeyRef"])
+                if value is not None:
+                    env[e["name"]] = value
+            else:
+                env[e["name"]] = str(e.get("value", ""))
+        return env
 
     def _pump(self, proc: _Proc) -> None:
         assert proc.popen.stdout is not None

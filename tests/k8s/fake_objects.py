@@ -91,6 +91,23 @@ def matches(labels: dict[str, str], selector: list[tuple[str, str, str | None]])
     return True
 
 
+def field_value(obj: dict[str, Any], path: str) -> str:
+    """`involvedObject.kind` of an object, as a field selector reads it ("" when absent)."""
+    cur: Any = obj
+    for part in path.split("."):
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    return "" if cur is None else str(cur)
+
+
+def field_matches(obj: dict[str, Any], selector: list[tuple[str, str, str | None]]) -> bool:
+    """A fieldSelector (`a.b=c,d!=e`, parsed by parse_selector) on the object's fields."""
+    for key, op, value in selector:
+        have = field_value(obj, key)
+        if (op == "=" and have != value) or (op == "!=" and have == value):
+            return False
+    return True
+
+
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -27,7 +27,9 @@ def _docs() -> list[dict[str, Any]]:
 def test_kubectl_client_dry_run_accepts_every_manifest(tmp_path: Path) -> None:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl is on this machine (the tests need it)"
-    with FakeApiServer() as srv:
+    # No token: kubectl sends no bearer token over plain HTTP, and apply reads each object's
+    # current state (a Secret's too, now that the fake serves them) before its dry run.
+    with FakeApiServer(token=None) as srv:
         kc = srv.kubeconfig(tmp_path / "kubeconfig")
         out = subprocess.run(
             [kubectl, "--kubeconfig", str(kc), "apply", "--dry-run=client", "-f", str(DEPLOY)]
@@ -59,7 +61,7 @@ def test_rbac_writes_only_in_the_namespace() -> None:
     (role,) = [d for d in docs if d["kind"] == "Role"]
     assert role["metadata"]["namespace"] == "detlab"
     writes = {res for r in role["rules"] for res in r["resources"] if "create" in r["verbs"]}
-    assert writes == {"jobs"}
+    assert writes == {"jobs", "secrets"}  # secrets: each allocation's session token
     (dep,) = [d for d in docs if d["kind"] == "Deployment"]
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "detlab-master"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -87,8 +89,8 @@ def test_digits_trains_to_completion_on_kubernetes(
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
     # The pod's output is in the trial's logs.
     wait_for(lambda: any("validation_accuracy" in ln for ln in cluster.logs(trial["id"])), 30)
-    # Its Job is deleted once it ended.
-    wait_for(lambda: not fake.cluster.list("Job", NS)[0], 30, what="the Job deleted")
+    # Its Job and its Secret are deleted once it ended.
+    wait_for(lambda: not _jobs(fake) and not _secrets(fake), 30, what="the Job and Secret deleted")
 
 
 def _jobs(fake: FakeApiServer) -> list[dict[str, Any]]:
@@ -274,7 +276,7 @@ def test_an_asha_search_completes_across_a_master_restart(
     cluster.stop_master()
     cluster.start_master()
     check_asha_result(cluster, exp_id)
-    wait_for(lambda: not _jobs(fake), 30, what="every Job deleted")
+    wait_for(lambda: not _jobs(fake) and not _secrets(fake), 30, what="every Job, Secret deleted")
 
 
 def test_a_two_pod_distributed_digits_trial_trains_to_completion(
@@ -313,4 +315,149 @@ def test_an_image_that_cannot_be_pulled_fails_the_trial_at_once(
     trial = only_trial(cluster, exp_id)
     assert trial["restarts"] == 0, "no restart can pull an image that cannot be pulled"
     assert any("ErrImagePull" in ln for ln in cluster.logs(trial["id"]))
+    # The kubelet's Warning event says why, in the log and in the trial's exit reason.
+    pulled = 'Failed: Failed to pull image "unpullable/detlab:1": pull access denied'
+    assert any(pulled in ln for ln in cluster.logs(trial["id"])), cluster.logs(trial["id"])
+    assert pulled in (trial["exit_reason"] or ""), trial["exit_reason"]
     wait_for(lambda: not _jobs(fake) and not _pods(fake), 30, what="its Job and pod gone")
+
+
+def test_a_pods_log_is_stored_once_across_a_master_restart(
+    k8s_cluster: Callable[..., Cluster], fake: FakeApiServer
+) -> None:
+    fake.cluster.add_node("a", gpus=1)
+    cluster = k8s_cluster()
+    config = long_job(cluster, "relog", batches=200, hparams={"log_lines": 40})
+    exp_id = submit(cluster, config)
+    trial = only_trial(cluster, exp_id)
+    wait_for(
+        lambda: any(
+            re.search(r"checkpoint \S+ at step 20$", ln) for ln in cluster.logs(trial["id"])
+        ),
+        120,
+        what="lines stored before the restart",
+    )
+    # The pod trains on while no master follows its log; the new master's follower must start
+    # where the old one's stored lines end, not at the log's start.
+    cluster.stop_master()
+    assert _pods(fake)[0]["status"]["phase"] == "Running", "the pod outlives the master"
+    cluster.start_master()
+    d = cluster.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
+    expected = [f"log line {i} of 40" for i in range(1, 41)]
+    expected += [f"checkpoint at step {s}" for s in range(10, 201, 10)]
+    expected += ["validation at step 200", "done"]
+
+    def seen() -> list[str]:
+        out = []
+        for ln in cluster.logs(trial["id"]):
+            ln = re.sub(r"^checkpoint \S+ at", "checkpoint at", ln)
+            ln = re.sub(r"^(validation at step \d+) loss .*", r"\1", ln)
+            if ln in expected:
+                out.append(ln)
+        return out
+
+    wait_for(lambda: "done" in seen(), 30, what="the pod's last line stored")
+    lines = seen()
+    twice = sorted({ln for ln in lines if lines.count(ln) > 1})
+    assert not twice, f"stored twice: {twice}"
+    assert sorted(lines) == sorted(expected), "every line stored"
+
+
+def _secrets(fake: FakeApiServer) -> list[dict[str, Any]]:
+    return fake.cluster.list("Secret", NS)[0]
+
+
+def test_the_session_token_is_in_a_secret_never_in_the_job(
+    k8s_cluster: Callable[..., Cluster], fake: FakeApiServer
+) -> None:
+    fake.cluster.add_node("a", gpus=1)
+    # A Secret a master left behind (it died after creating it, before the Job): the next
+    # master deletes it.
+    stale = {"detlab.ai/resource-manager": "default", "detlab.ai/allocation": "gone.1"}
+    fake.cluster.create_secret(
+        NS, {"metadata": {"name": "detlab-gone.1", "labels": stale}, "stringData": {"X": "y"}}
+    )
+    cluster = k8s_cluster()
+    exp_id = submit(cluster, long_job(cluster, "secret", batches=100000))
+    trial = only_trial(cluster, exp_id)
+    cluster.wait_trial(trial["id"], lambda t: t["steps_completed"] >= 3, what="it trains")
+    (job,) = _jobs(fake)
+    (secret,) = _secrets(fake)
+    assert secret["metadata"]["name"] == job["metadata"]["name"]
+    assert secret["metadata"]["labels"] == job["metadata"]["labels"]
+    owner = secret["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("Job", job["metadata"]["uid"])
+    token = base64.b64decode(secret["data"]["DET_SESSION_TOKEN"]).decode()
+    assert len(token) >= 20
+    # Whoever can read Jobs and pods reads no token: the pods get it from the Secret.
+    assert token not in json.dumps(job) and token not in json.dumps(_pods(fake))
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    (ref,) = [e for e in c["env"] if e["name"] == "DET_SESSION_TOKEN"]
+    assert ref == {
+        "name": "DET_SESSION_TOKEN",
+        "valueFrom": {
+            "secretKeyRef": {"name": job["metadata"]["name"], "key": "DET_SESSION_TOKEN"}
+        },
+    }
+    cluster.det("experiment", "kill", str(exp_id))
+    d = cluster.wait_experiment(exp_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=60)
+    assert d["experiment"]["state"] == "CANCELED", cluster.diagnose(exp_id)
+    wait_for(lambda: not _jobs(fake) and not _secrets(fake), 30, what="its Job and Secret gone")
+
+
+def test_a_pods_warning_event_is_its_pending_reason_and_in_its_log(
+    k8s_cluster: Callable[..., Cluster], fake: FakeApiServer
+) -> None:
+    fake.cluster.add_node("a", gpus=1)
+    cluster = k8s_cluster(pending_timeout=600)
+    fake.cluster.hold_binding = True  # as in the withdrawal test: another pod takes the GPU
+    exp_id = submit(cluster, long_job(cluster, "event", batches=20))
+    wait_for(lambda: _pods(fake), 60, what="detlab's pod created")
+    fake.cluster.create_pod(
+        NS,
+        {
+            "metadata": {"name": "squatter"},
+            "spec": {
+                "nodeName": "a",
+                "containers": [
+                    {
+                        "name": "c",
+                        "command": [sys.executable, "-c", "import time; time.sleep(120)"],
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        },
+    )
+    fake.cluster.release_binding()
+    why = "FailedScheduling: 0/1 nodes are available: insufficient nvidia.com/gpu."
+    reason = wait_for(
+        lambda: why in (r := _reason(cluster, exp_id)) and r, 60, what="the event as the reason"
+    )
+    (pod,) = _pods(fake, **{"detlab.ai/resource-manager": "default"})
+    assert reason == f"pod {pod['metadata']['name']}: {why}"
+    trial = only_trial(cluster, exp_id)
+    wait_for(lambda: any(why in ln for ln in cluster.logs(trial["id"])), 30, what="logged")
+    fake.cluster.delete_pod(NS, "squatter")
+    d = cluster.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)
+    assert sum(why in ln for ln in cluster.logs(trial["id"])) == 1, "each event logged once"
+    assert not _reason(cluster, exp_id)
+
+
+def test_no_secret_no_job_the_token_never_goes_into_the_spec(
+    k8s_cluster: Callable[..., Cluster], fake: FakeApiServer
+) -> None:
+    fake.cluster.add_node("a", gpus=1)
+    fake.cluster.forbidden.add("Secret")  # a deployment whose RBAC predates the Secrets
+    cluster = k8s_cluster()
+    exp_id = submit(cluster, long_job(cluster, "nosecret", batches=20))
+    trial = only_trial(cluster, exp_id)
+    refused = "cannot create its Kubernetes Secret and Job: 403 Forbidden"
+    wait_for(lambda: any(refused in ln for ln in cluster.logs(trial["id"])), 60, what="refused")
+    assert not [c for c in fake.cluster.history if c.kind == "Job"], "no Job without its Secret"
+    assert only_trial(cluster, exp_id)["restarts"] == 0, "not the trial's fault"
+    fake.cluster.forbidden.clear()  # the RBAC is fixed: the queued trial starts and completes
+    d = cluster.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
+    assert d["experiment"]["state"] == "COMPLETED", cluster.diagnose(exp_id)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +13,11 @@ import yaml
 from master.config import MasterConfigError, load_master_config
 from master.rm.k8s.capacity import free_slots
 from master.rm.k8s.config import KubernetesConfig, KubernetesConfigError, parse_kubernetes
-from master.rm.k8s.logs import split_lines
+from master.rm.k8s.events import latest, pod_warning
+from master.rm.k8s.logs import Mark, fresh_lines, parse_ts, split_lines
 from master.rm.k8s.manifest import JobRequest, job_manifest
 from master.rm.k8s.pods import pod_state
+from master.rm.k8s.secrets import owner_patch, secret_manifest, split_secret_env
 from tests.k8s.fake_objects import node_object
 
 
@@ -36,12 +40,16 @@ def test_config_in_determined_form() -> None:
         2,
     )
     assert cfg.kubeconfig_path == "/etc/kube" and cfg.ignored == ("fluent",)
+    assert cfg.log_followers == 256
+    assert parse_kubernetes({"log_followers": 8}, "rm").log_followers == 8
 
 
 @pytest.mark.parametrize(
     ("raw", "names"),
     [
         ({"max_slots_per_pod": 0}, "resource_manager.max_slots_per_pod"),
+        ({"log_followers": 0}, "resource_manager.log_followers"),
+        ({"log_followers": "many"}, "resource_manager.log_followers"),
         ({"slot_type": "tpu"}, "resource_manager.slot_type"),
         ({"slot_resource_requests": {"memory": 1}}, "resource_manager.slot_resource_requests"),
         ({"namespace": ""}, "resource_manager.namespace"),
@@ -105,6 +113,43 @@ def test_one_job_per_allocation_pinned_to_the_placed_nodes() -> None:
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["n1", "n2"]
     assert "podAntiAffinity" in pod["affinity"]
+
+
+def test_credentials_are_read_from_the_allocations_secret_not_the_spec() -> None:
+    env = {"DET_SESSION_TOKEN": "tok-3f9a", "JUPYTER_TOKEN": "jt", "DET_MASTER": "http://m"}
+    public, secret = split_secret_env(env, {"DET_SESSION_TOKEN", "JUPYTER_TOKEN"})
+    assert public == {"DET_MASTER": "http://m"}
+    # A template that sets the token itself (a user's pod_spec) does not override the Secret.
+    user = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "determined-container",
+                    "env": [{"name": "DET_SESSION_TOKEN", "value": "user-set-7c1"}],
+                }
+            ]
+        }
+    }
+    job = job_manifest(
+        KubernetesConfig(), _req(env=public, secret_keys=tuple(sorted(secret)), pod_spec=user)
+    )
+    assert "tok-3f9a" not in json.dumps(job) and "user-set-7c1" not in json.dumps(job)
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    refs = {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in c["env"]
+        if "valueFrom" in e and "secretKeyRef" in e["valueFrom"]
+    }
+    assert refs == {
+        "DET_SESSION_TOKEN": {"name": "detlab-a1", "key": "DET_SESSION_TOKEN"},
+        "JUPYTER_TOKEN": {"name": "detlab-a1", "key": "JUPYTER_TOKEN"},
+    }
+    md = job["metadata"]
+    sec = secret_manifest(md["name"], md["namespace"], md["labels"], secret)
+    assert sec["metadata"] == {"name": "detlab-a1", "namespace": "default", "labels": md["labels"]}
+    assert base64.b64decode(sec["data"]["DET_SESSION_TOKEN"]) == b"tok-3f9a"
+    patch = owner_patch({"metadata": {"name": "detlab-a1", "uid": "u"}})
+    assert patch["metadata"]["ownerReferences"][0]["uid"] == "u"
 
 
 def test_pod_spec_is_merged_as_determined_merged_it() -> None:
@@ -199,6 +244,55 @@ def test_pod_states() -> None:
 def test_split_lines_keeps_the_incomplete_rest() -> None:
     lines, rest = split_lines(b"2026-01-01T00:00:00.1Z hel", b"lo\n2026-01-01T00:00:00.2Z wo")
     assert lines == [("2026-01-01T00:00:00.1Z", "hello")] and rest == b"2026-01-01T00:00:00.2Z wo"
+
+
+T1, T2, T3 = (f"2026-01-01T00:00:0{i}.000000100Z" for i in (1, 2, 3))
+
+
+def test_fresh_lines_skip_what_is_stored_ties_included() -> None:
+    log = [(T1, "a"), (T2, "b1"), (T2, "b2"), (T2, "b3"), (T3, "c")]
+    # Stored up to T2, two lines at T2: b3 (same timestamp) is not lost, b1 and b2 not repeated.
+    fresh, mark = fresh_lines(log, Mark(parse_ts(T2), 2))
+    assert fresh == [(T2, "b3"), (T3, "c")]
+    assert mark == Mark(parse_ts(T3), 1)
+    # Nothing stored: everything, and the mark counts the ties.
+    fresh, mark = fresh_lines(log[:4], Mark())
+    assert [t for _, t in fresh] == ["a", "b1", "b2", "b3"] and mark == Mark(parse_ts(T2), 3)
+    # A reopened stream that re-sends all of it: nothing twice.
+    assert fresh_lines(log[:4], mark) == ([], mark)
+    assert fresh_lines(log, mark) == ([(T3, "c")], Mark(parse_ts(T3), 1))
+
+
+def test_fresh_lines_compare_at_the_stored_precision() -> None:
+    # The task log keeps microseconds: two lines 1 ns apart are a tie there, and stay in order.
+    a, b = "2026-01-01T00:00:01.000000100Z", "2026-01-01T00:00:01.000000200Z"
+    assert parse_ts(a) == parse_ts(b)
+    assert fresh_lines([(a, "x"), (b, "y")], Mark(parse_ts(a), 1))[0] == [(b, "y")]
+    # A line without a timestamp cannot be placed: kept, the mark unchanged.
+    assert fresh_lines([("", "raw")], Mark(parse_ts(a), 1)) == ([("", "raw")], Mark(parse_ts(a), 1))
+
+
+def test_a_pods_warning_event() -> None:
+    ev: dict[str, Any] = {
+        "metadata": {"name": "p.1"},
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "type": "Warning",
+        "reason": "FailedScheduling",
+        "message": "0/2 nodes\n are available",
+        "firstTimestamp": "2026-01-01T00:00:01Z",
+        "lastTimestamp": "2026-01-01T00:00:09Z",
+    }
+    w = pod_warning(ev)
+    assert w is not None and (w.pod, w.key, w.at) == ("p", "p.1", "2026-01-01T00:00:09Z")
+    assert w.text() == "FailedScheduling: 0/2 nodes are available"  # one line in the log
+    assert pod_warning({**ev, "type": "Normal"}) is None
+    assert pod_warning({**ev, "involvedObject": {"kind": "Node", "name": "n"}}) is None
+    older = pod_warning({**ev, "reason": "Old", "lastTimestamp": "2026-01-01T00:00:02Z"})
+    assert older is not None
+    assert latest(w, older) is w and latest(older, w) is w and latest(None, older) is older
+    # An event without timestamps (events.k8s.io's eventTime form) still has an order key.
+    bare = pod_warning({k: v for k, v in ev.items() if not k.endswith("Timestamp")})
+    assert bare is not None and bare.at == ""
 
 
 def test_a_kubernetes_rm_without_the_client_names_the_extra(

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sqlalchemy import select
+
 from detlab.protocol import ExitCause
-from master.context import state_lock
+from detlab.text import clean_text
+from master.context import master_state, state_lock
 from master.db import db, utcnow
-from master.models import Allocation
+from master.models import Allocation, TaskLog
 from master.rm.k8s.manifest import job_name
 from master.services.agent.agents import container_exited
 from master.services.queue.kicker import request_schedule
@@ -52,8 +55,10 @@ def apply_allocations(kc: KubernetesCluster, alloc_ids: set[str]) -> None:
 def _withdraw(kc: KubernetesCluster, alloc: Allocation, ps: PodState) -> bool:
     waited = kc.pending_for(ps.name)
     kc.delete_job(job_name(alloc.id))
+    w = kc.warning(ps.name)
+    why = w.text() if w is not None else ps.reason
     msg = (
-        f"pod {ps.name} stayed unschedulable for {waited:.0f}s ({ps.reason}): the whole gang is "
+        f"pod {ps.name} stayed unschedulable for {waited:.0f}s ({why}): the whole gang is "
         "withdrawn and queues again"
     )
     write_line(alloc, msg)
@@ -79,6 +84,36 @@ def _after_end(kc: KubernetesCluster, aid: str, states: list[PodState]) -> None:
         kc.delete_job(job_name(aid))
 
 
+def _pending_warning(kc: KubernetesCluster, alloc: Allocation, ps: PodState) -> None:
+    """A waiting pod's latest Warning event: once in the task's log, and the allocation's
+    pending reason (what `det job list` shows) while it has not started."""
+    w = kc.warning(ps.name)
+    if w is None:
+        return
+    line = f"pod {ps.name}: {w.text()}"
+    if kc.first_event(w) and not _logged(alloc, line):
+        write_line(alloc, line)
+    if alloc.state == AllocationState.ASSIGNED:
+        master_state().scheduling.waiting_reasons[alloc.task_id] = line
+
+
+def _logged(alloc: Allocation, line: str) -> bool:
+    """Whether the task log has the master's line already (written before a master restart:
+    the new master sees every event again when it lists them)."""
+    owner = (
+        TaskLog.trial_id == alloc.trial_id
+        if alloc.trial_id is not None
+        else TaskLog.task_id == alloc.task_id
+    )
+    found = db.session.execute(
+        select(TaskLog.id)
+        .where(owner, TaskLog.allocation_id == alloc.id, TaskLog.stream == "master")
+        .where(TaskLog.line == clean_text(f"[master] {line}"))
+        .limit(1)
+    ).first()
+    return found is not None
+
+
 def _bound_pod(kc: KubernetesCluster, alloc: Allocation, ps: PodState, node: str) -> bool:
     """Apply one pod that runs (or ran) on `node`, a node of the allocation; True if it freed
     the allocation's slots."""
@@ -86,7 +121,8 @@ def _bound_pod(kc: KubernetesCluster, alloc: Allocation, ps: PodState, node: str
     if now_in == ContainerState.EXITED:
         return False
     if ps.phase == "Pending" and ps.reason in PULL_ERRORS:
-        err = f"pod {ps.name}: {ps.reason}"
+        w = kc.warning(ps.name)
+        err = f"pod {ps.name}: {ps.reason}" + (f" ({w.text()})" if w is not None else "")
         return container_exited(alloc, node, None, err, ExitCause.IMAGE_PULL_FAILED)
     if ps.phase == "Running" and now_in == ContainerState.ASSIGNED:
         set_container(alloc, node, started_at=utcnow().isoformat(), pod=ps.name)
@@ -107,10 +143,20 @@ def _apply_one(kc: KubernetesCluster, aid: str) -> bool:
     if alloc is None or _ended(alloc):
         _after_end(kc, aid, states)
         return False
+    freed = _apply_pods(kc, alloc, states)
+    if alloc.state != AllocationState.ASSIGNED:  # its pods' waiting is over
+        master_state().scheduling.waiting_reasons.pop(alloc.task_id, None)
+    return freed
+
+
+def _apply_pods(kc: KubernetesCluster, alloc: Allocation, states: list[PodState]) -> bool:
+    aid = alloc.id
     freed = False
     for ps in states:
         if ps.phase == "Pending" and ps.reason and kc.first_wait(ps.name):
             write_line(alloc, f"pod {ps.name} waits: {ps.reason}")
+        if ps.phase == "Pending":
+            _pending_warning(kc, alloc, ps)
         if ps.node is None or ps.node not in containers_of(alloc):
             if ps.unschedulable and kc.pending_for(ps.name) > kc.cfg.pending_timeout:
                 return _withdraw(kc, alloc, ps)

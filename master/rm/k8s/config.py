@@ -12,6 +12,7 @@
       image: detlab/task:latest      # the image of a task's container
       pending_timeout: 300           # seconds a pod may stay Unschedulable before requeueing
       job_ttl_seconds: 600           # ttlSecondsAfterFinished of every Job
+      log_followers: 256             # pod logs streamed at once (more pods take turns)
       launcher: [python3, -m, agent.podstart]   # what starts a task in its container
 
 Errors name the key (`resource_manager.max_slots_per_pod: ...`).
@@ -49,6 +50,7 @@ KEYS = {
     "pending_timeout",
     "job_ttl_seconds",
     "watch_timeout",
+    "log_followers",
     "launcher",
 } | IGNORED_KEYS
 
@@ -72,6 +74,8 @@ class KubernetesConfig:
     # A watch is re-opened this often (the server ends it anyway; a shorter one bounds how long
     # a silently dead connection goes unnoticed).
     watch_timeout: int = 60
+    # Pod logs streamed at once (a thread and an HTTP stream each); more pods take turns.
+    log_followers: int = 256
     # The argv that starts a task in its container (agent/podstart.py, installed in `image`).
     launcher: tuple[str, ...] = ("python3", "-m", "agent.podstart")
     ignored: tuple[str, ...] = field(default_factory=tuple)
@@ -139,7 +143,7 @@ def parse_kubernetes(raw: dict[str, Any], path: str) -> KubernetesConfig:
         out["pending_timeout"] = float(
             _number(raw, "pending_timeout", path, minimum=1, integer=False)
         )
-    for key in ("job_ttl_seconds", "watch_timeout"):
+    for key in ("job_ttl_seconds", "watch_timeout", "log_followers"):
         if key in raw:
             out[key] = _number(raw, key, path, minimum=1, integer=True)
     if "launcher" in raw:

@@ -10,40 +10,42 @@ not committed yet: 401, and the trial failed and spent a restart.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubernetes.client.rest import ApiException
+from sqlalchemy import select
 
 from detlab.protocol import ExitCause
 from master.context import state_lock
 from master.db import db
 from master.models import Allocation
+from master.rm.k8s.manifest import label_value
 from master.services.queue.kicker import request_schedule
 from master.services.task.tasks import allocation_exited
 from master.services.trial.logs import write_line
 from master.states import LIVE_ALLOCATION
 
 if TYPE_CHECKING:
-    from master.rm.k8s.cluster import KubernetesCluster
+    from master.rm.k8s.cluster import AllocationObjects, KubernetesCluster
 
 log = logging.getLogger("detlab.k8s")
 
 
-def create_pending_jobs(kc: KubernetesCluster, jobs: dict[str, dict[str, Any]]) -> None:
+def create_pending_jobs(kc: KubernetesCluster, jobs: dict[str, AllocationObjects]) -> None:
     """Create each committed, still live allocation's Job; one that cannot be created ends its
     allocation (the task queues again without spending a restart)."""
     failed = False
     with state_lock():
-        for aid, manifest in sorted(jobs.items()):
+        for aid, objs in sorted(jobs.items()):
             alloc = db.session.get(Allocation, aid)
             if alloc is None or alloc.state not in LIVE_ALLOCATION:
                 continue  # rolled back, or killed before its Job existed
             try:
-                kc.create_job(manifest)
+                kc.create_objects(objs)
             except ApiException as e:
                 if e.status == 409:  # created by an earlier try that failed later on
                     continue
-                msg = f"cannot create its Kubernetes Job: {e.status} {e.reason}"
+                msg = f"cannot create its Kubernetes Secret and Job: {e.status} {e.reason}"
                 log.warning("k8s %s: allocation %s %s", kc.name, aid, msg)
                 write_line(alloc, msg)
                 allocation_exited(alloc, None, msg, ExitCause.POD_UNSCHEDULABLE)
@@ -51,3 +53,22 @@ def create_pending_jobs(kc: KubernetesCluster, jobs: dict[str, dict[str, Any]]) 
         db.session.commit()
     if failed:
         request_schedule()
+
+
+def sweep_secrets(kc: KubernetesCluster) -> None:
+    """Delete this RM's Secrets whose allocation is not live (their Job's deletion missed them:
+    a master that died between creating the Secret and the Job, or a delete that failed)."""
+    secrets = kc.secret_allocations()
+    if not secrets:
+        return
+    live = {
+        label_value(a)
+        for a in db.session.execute(
+            select(Allocation.id).where(Allocation.state.in_(LIVE_ALLOCATION))
+        ).scalars()
+    }
+    db.session.rollback()  # a read: end its transaction
+    for name, aid in sorted(secrets.items()):
+        if aid not in live:
+            log.info("k8s %s: deleting Secret %s (allocation %s is not live)", kc.name, name, aid)
+            kc.delete_secret(name)

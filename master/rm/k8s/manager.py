@@ -9,6 +9,7 @@ logs come back through the pod watch (cluster.py, apply.py), not through `refres
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -23,10 +24,11 @@ from master.models import Allocation, Task, User
 from master.rm.base import AllocationStatus, Placements
 from master.rm.config import ResourceManagerConfig
 from master.rm.k8s.capacity import free_slots
-from master.rm.k8s.cluster import KubernetesCluster, cluster_for
+from master.rm.k8s.cluster import AllocationObjects, KubernetesCluster, cluster_for
 from master.rm.k8s.config import KubernetesConfig
 from master.rm.k8s.manifest import SPEC_ENV, JobRequest, job_manifest, job_name
 from master.rm.k8s.podmerge import pool_pod_spec
+from master.rm.k8s.secrets import SESSION_TOKEN_ENV, secret_manifest, split_secret_env
 from master.scheduler import AgentView
 from master.services.queue.kicker import request_schedule
 from master.services.task.allocations import containers_of, new_allocation, request_preemption
@@ -98,6 +100,10 @@ class KubernetesResourceManager:
         alloc = new_allocation(task, placements)
         chief = placements[0][0]
         spec = start_spec(alloc, chief)
+        # Credentials go into the allocation's Secret, not the Job's spec (secrets.py).
+        secret_names = {SESSION_TOKEN_ENV, *((task.spec or {}).get("service_env") or {})}
+        public, secret = split_secret_env(spec.env, secret_names)
+        spec = dataclasses.replace(spec, env=public)
         owner = db.session.get(User, task.owner_id) if task.owner_id is not None else None
         req = JobRequest(
             allocation_id=alloc.id,
@@ -117,11 +123,19 @@ class KubernetesResourceManager:
                 gpu=self.cfg.slot_type == "cuda" and any(slots for _, slots in placements),
             ),
             image=_image(spec.environment),
+            secret_keys=tuple(sorted(secret)),
         )
         # Not created here: the pass has not committed the allocation (and its session token)
         # yet, and a pod that starts at once would be refused by the master (401) and fail its
         # trial. The apply thread creates it once the commit is visible (cluster.py).
-        self.cluster.create_job_after_commit(alloc.id, job_manifest(self.cfg, req))
+        job = job_manifest(self.cfg, req)
+        md = job["metadata"]
+        self.cluster.create_job_after_commit(
+            alloc.id,
+            AllocationObjects(
+                job, secret_manifest(md["name"], md["namespace"], md["labels"], secret)
+            ),
+        )
         return alloc
 
     def preempt(self, alloc: Allocation) -> bool:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from master.rm.k8s.config import KubernetesConfig
+from master.rm.k8s.secrets import secret_env_refs
 
 GPU = "nvidia.com/gpu"
 HOSTNAME = "kubernetes.io/hostname"
@@ -45,6 +46,8 @@ class JobRequest:
     env: dict[str, str]  # the launcher's environment (the start spec among it)
     pod_spec: dict[str, Any] | None = None  # environment.pod_spec
     image: str | None = None  # environment.image
+    # Variables the pods read from the allocation's Secret (secrets.py), never from the spec.
+    secret_keys: tuple[str, ...] = ()
 
 
 def label_value(raw: str) -> str:
@@ -76,13 +79,17 @@ def resources(cfg: KubernetesConfig, slots: int) -> dict[str, dict[str, str]]:
 
 def _container(base: dict[str, Any], cfg: KubernetesConfig, req: JobRequest) -> dict[str, Any]:
     c = copy.deepcopy(base)
+    secret = set(req.secret_keys)
     c["name"] = CONTAINER
     c["image"] = req.image or c.get("image") or cfg.image
     c["command"] = list(cfg.launcher)
     c.pop("args", None)
     ours = dict(req.env)
-    env = [e for e in c.get("env") or [] if e.get("name") not in ours]
+    env = [
+        e for e in c.get("env") or [] if e.get("name") not in ours and e.get("name") not in secret
+    ]
     env += [{"name": k, "value": v} for k, v in sorted(ours.items())]
+    env += secret_env_refs(job_name(req.allocation_id), req.secret_keys)
     env.append({"name": "DET_K8S_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     env.append({"name": "DET_K8S_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     c["env"] = env
@@ -137,7 +144,7 @@ def job_manifest(cfg: KubernetesConfig, req: JobRequest) -> dict[str, Any]:
     meta.pop("name", None)
     meta.pop("namespace", None)
     pods = len(req.nodes)
-    return {
+    return {  # the session token is not here: it is in the Secret of the same name
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
