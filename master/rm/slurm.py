@@ -229,9 +229,16 @@ class SlurmResourceManager:
         """How many nodes the task spans. Only a trial spans nodes: its launchers meet through
         the rendezvous; a command has none, so one too big for a node is Slurm's to refuse."""
         row = self.health.partitions.get(pool)
-        if task.type != TaskType.TRIAL or row is None:
+        slot_type = self.cfg.slot_type_of(pool)
+        # More slots than the whole partition has: submitted as one node, Slurm refuses it in
+        # its own words ("Requested node configuration is not available").
+        if (
+            task.type != TaskType.TRIAL
+            or row is None
+            or slots > cli.partition_slots(row, slot_type)
+        ):
             return gangs.Gang(1, slots), row
-        return gangs.plan_gang(slots, cli.node_slots(row, self.cfg.slot_type_of(pool))), row
+        return gangs.plan_gang(slots, cli.node_slots(row, slot_type)), row
 
     def _unanswered(self, alloc: Allocation, stderr: str) -> None:
         """sbatch failed because Slurm (or munge) did not answer: the trial goes back to the
