@@ -7,6 +7,6 @@
 FROM python:3.11-slim-bookworm
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 LANG=C.UTF-8
 RUN pip install "torch==2.13.0" "numpy>=1.26,<3" "scikit-learn>=1.4,<2" "PyYAML>=6.0,<7" \
-    "jupyterlab>=4.4,<4.5" "aiohttp>=3.12,<3.13"
+    "jupyterlab>=4.4,<4.5" "aiohttp>=3.12,<3.13" "tensorboard>=2.21,<2.22"
 LABEL ai.detlab.image=cuda ai.detlab.torch=2.13.0
 CMD ["python3"]

@@ -36,6 +36,7 @@ class Principal:
     username: str | None = None
     admin: bool = False
     allocation_id: str | None = None
+    task_id: str | None = None  # an allocation token's task (a trial's, a command's, ...)
     trial_id: int | None = None
     experiment_id: int | None = None
     agent_id: str | None = None  # an instance's join token: good for this agent id alone
@@ -255,13 +256,15 @@ def resolve(token: str, kind: str = "api") -> Principal:
         alloc = db.session.get(Allocation, row.allocation_id)
         if alloc is None:
             raise Unauthenticated("allocation no longer exists")
-        trial = db.session.get(Trial, alloc.trial_id)
-        assert trial is not None
+        # A command's, notebook's or shell's token has no trial or experiment: every route
+        # that compares them with its own refuses it (None matches no id).
+        trial = db.session.get(Trial, alloc.trial_id) if alloc.trial_id is not None else None
         p = Principal(
             kind="allocation",
             allocation_id=alloc.id,
-            trial_id=trial.id,
-            experiment_id=trial.experiment_id,
+            task_id=alloc.task_id,
+            trial_id=trial.id if trial is not None else None,
+            experiment_id=trial.experiment_id if trial is not None else None,
         )
     cache.put(key, p, generation, ttl)  # never cached past the token's expiry
     return p

@@ -59,9 +59,11 @@ class MasterConfig:
     # How often idle notebooks are looked for (services/task/idle.py; `idle_timeout` in their
     # config).
     idle_check_interval: float = 5.0
-    # Determined's master key: the idle timeout (seconds) of a notebook whose config sets no
-    # `idle_timeout`; None: such notebooks are never reaped.
+    # Determined's master keys: the idle timeout (seconds) of a notebook / TensorBoard whose
+    # config sets no `idle_timeout` (services/task/notebooks.py: cluster_idle_timeout); None:
+    # never reaped. Determined's defaults: notebooks never, TensorBoards after 5 minutes.
     notebook_timeout: float | None = None
+    tensorboard_timeout: float | None = 300.0
     data_dir: Path = field(default_factory=default_data_dir)
     db: str | None = None  # None -> SQLite file in data_dir
     # An agent that has not polled for this long is LOST and its trials restart elsewhere.
@@ -209,14 +211,15 @@ def _check_values(cfg: MasterConfig) -> None:
         value = getattr(cfg, key)
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise MasterConfigError(f"master config: {key} must be a positive number of seconds")
-    nt = cfg.notebook_timeout
-    if nt is not None and (
-        isinstance(nt, bool) or not isinstance(nt, int | float) or not 0 < nt <= 365 * 86400
-    ):
-        raise MasterConfigError(
-            "master config: notebook_timeout must be a number of seconds, more than 0 and at "
-            f"most 365 days (or null: never), got {nt!r}"
-        )
+    for key in ("notebook_timeout", "tensorboard_timeout"):
+        nt = getattr(cfg, key)
+        if nt is not None and (
+            isinstance(nt, bool) or not isinstance(nt, int | float) or not 0 < nt <= 365 * 86400
+        ):
+            raise MasterConfigError(
+                f"master config: {key} must be a number of seconds, more than 0 and at "
+                f"most 365 days (or null: never), got {nt!r}"
+            )
     port = cfg.proxy_port
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise MasterConfigError("master config: proxy_port must be a TCP port (0: any free one)")

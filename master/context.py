@@ -140,6 +140,9 @@ class ProxyMemory:
     activity: ActivityBook = field(default_factory=ActivityBook)
     # Notebooks' idle bookkeeping (services/task/idle.py): task id -> when it was last seen busy.
     last_busy: dict[str, float] = field(default_factory=dict)
+    # What the latest idle check found (services/task/idle.py): task id -> since when it has
+    # been idle (epoch s); absent while in use or unknown. `GET /tasks` shows it (det-tui's IDLE).
+    idle_since: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

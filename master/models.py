@@ -270,6 +270,10 @@ class Task(_DbModel):
     exit_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
     ended_at: Mapped[datetime | None] = mapped_column(TZ)
+    # A command's, notebook's or shell's `--context` (.tar.gz): its bytes live in
+    # `task_context_chunks` (master/services/task/task_context.py); None: it has none.
+    context_sha256: Mapped[str | None] = mapped_column(String(64))
+    context_size: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Allocation(_DbModel):
@@ -330,6 +334,17 @@ class ModelDefChunk(_DbModel):
     __tablename__ = "model_def_chunks"
     experiment_id: Mapped[int] = mapped_column(
         ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class TaskContextChunk(_DbModel):
+    """One MiB of a task's context (.tar.gz), stored and served like a model definition."""
+
+    __tablename__ = "task_context_chunks"
+    task_id: Mapped[str] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
     )
     seq: Mapped[int] = mapped_column(Integer, primary_key=True)
     data: Mapped[bytes] = mapped_column(LargeBinary)

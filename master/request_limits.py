@@ -3,11 +3,11 @@
 
 A route that needs no login takes only a few KB (the login's name and password); a caller
 without credentials gets that same small limit everywhere (its answer is a 401 anyway). With
-credentials, the model-definition upload keeps its large limit, the routes that carry bulk data
-(metric batches, agents' logs and polls, checkpoint file lists) a larger one, the routes that
-carry an experiment config or template a few MB, and everything else 1 MiB. A credential is
-not checked here (only its presence): a forged one buys at most the authenticated limit, and is
-refused before its body is parsed.
+credentials, the model-definition and task-context uploads keep their large limit, the routes
+that carry bulk data (metric batches, agents' logs and polls, checkpoint file lists) a larger
+one, the routes that carry an experiment config or template a few MB, and everything else
+1 MiB. A credential is not checked here (only its presence): a forged one buys at most the
+authenticated limit, and is refused before its body is parsed.
 
 Enforced twice from this one table: by waitress's header parser (`master/serve.py`, the 413
 goes out before the body is received) and by a before_request hook (`enforce_body_limit`, for
@@ -33,6 +33,8 @@ _API = "/api/v1"
 _CONFIG_ROUTES = re.compile(
     rf"^{_API}/(experiments|experiments/preview|templates/[^/]+|templates/[^/]+/render)$"
 )
+# A command, notebook or shell started with `--context` (multipart, the directory's .tar.gz).
+_CONTEXT_ROUTES = re.compile(rf"^{_API}/(commands|notebooks|shells)$")
 _BULK_ROUTES = re.compile(rf"^{_API}/(trials/\d+/metrics|agents/[^/]+/(poll|logs)|checkpoints)$")
 
 
@@ -63,6 +65,13 @@ def body_limit(
         and content_type.lower().startswith("multipart/")
     ):
         return BodyLimit(max_model_def_bytes + UPLOAD_SLACK, "model-definition uploads")
+    if (
+        method == "POST"
+        and _CONTEXT_ROUTES.match(path)
+        and content_type.lower().startswith("multipart/")
+    ):
+        # The same limit as a model definition: Determined's one limit on a context.
+        return BodyLimit(max_model_def_bytes + UPLOAD_SLACK, "task context uploads")
     if _BULK_ROUTES.match(path):
         return BodyLimit(BULK_BYTES, f"{method} {path}")
     if _CONFIG_ROUTES.match(path):

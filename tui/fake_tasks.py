@@ -13,7 +13,8 @@ TERMINAL = ("COMPLETED", "CANCELED", "ERROR")
 
 
 def make_tasks(iso: Any) -> list[JSON]:
-    """Newest first, as the master lists them: commands of two users and trials' tasks."""
+    """Newest first, as the master lists them: commands of two users, trials' tasks, a notebook
+    idle for 25 minutes and a shell in use."""
     specs = [
         (
             "5f0c2a1e-9b7d-4c1a-8e2f-0a1b2c3d4e5f",
@@ -75,7 +76,32 @@ def make_tasks(iso: Any) -> list[JSON]:
             7200,
             None,
         ),
+        (
+            "7e1f0b2c-6d5a-4e3f-8a9b-0c1d2e3f4a5b",
+            "NOTEBOOK",
+            "ACTIVE",
+            "alice",
+            "JupyterLab (7e1f0b2c)",
+            None,
+            "default",
+            1,
+            9000,
+            None,
+        ),
+        (
+            "3c2b1a09-8f7e-4d6c-9b5a-4f3e2d1c0b9a",
+            "SHELL",
+            "ACTIVE",
+            "bob",
+            "Shell (3c2b1a09)",
+            None,
+            "default",
+            0,
+            10800,
+            None,
+        ),
     ]
+    idle = {"NOTEBOOK": iso(1500)}  # idle since 25 minutes ago; the shell is in use
     tasks = []
     for tid, kind, state, owner, name, trial, pool, slots, age, waiting in specs:
         running = state == "ACTIVE" and waiting is None
@@ -100,6 +126,7 @@ def make_tasks(iso: Any) -> list[JSON]:
                 if running
                 else None,
                 "waiting_for": waiting,
+                "idle_since": idle.get(kind),
             }
         )
     return tasks

@@ -4,7 +4,8 @@ Pure data (no I/O): the names the agent uses when an experiment sets no `environ
 what goes into them. `agent/images/build.py` builds them (`scripts/build-images`).
 
 - cpu: Debian bookworm (minbase) + python3 (3.11), PyTorch 2.13.0's CPU wheel, numpy,
-  scikit-learn, PyYAML, JupyterLab and aiohttp (notebooks and shells). Built here: the root
+  scikit-learn, PyYAML, JupyterLab and aiohttp (notebooks and shells), TensorBoard (`det
+  tensorboard`'s harness/tb_serve.py, and the event writer of trials). Built here: the root
   filesystem with debootstrap, the Python packages with the host's pip from the package index
   (`--target`, same Python 3.11 and platform), joined into one `docker import`.
 - cuda: `images/cuda.Dockerfile` (NVIDIA's CUDA runtime base from a registry + the same
@@ -25,14 +26,15 @@ DEFAULT_IMAGES = {
     "cuda": f"{REPOSITORY}:{TORCH_VERSION}-cuda",
 }
 # What a trial of examples/ and a Determined-style script commonly import, besides torch; and
-# what notebooks (JupyterLab) and shells (harness/shell/server.py: aiohttp) run in the image.
-# The same pins as pyproject.toml's extras.
+# what notebooks (JupyterLab), shells (harness/shell/server.py: aiohttp) and TensorBoards
+# (harness/tb_serve.py: tensorboard) run in the image. The same pins as pyproject.toml's extras.
 PACKAGES = (
     "numpy>=1.26,<3",
     "scikit-learn>=1.4,<2",
     "PyYAML>=6.0,<7",
     "jupyterlab>=4.4,<4.5",
     "aiohttp>=3.12,<3.13",
+    "tensorboard>=2.21,<2.22",
 )
 BUILD_HINT = "scripts/build-images"
 

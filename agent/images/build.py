@@ -12,7 +12,8 @@ cpu, offline and cached in ~/.cache/detlab/ (XDG_CACHE_HOME):
   3. one tar of both, `docker import`ed as detlab/pytorch:2.13.0-cpu.
 cuda: `docker build -f images/cuda.Dockerfile` (needs a registry for NVIDIA's base image).
 
-Nothing happens when the image exists already, unless --force. Every step prints its elapsed time.
+Nothing happens when the image exists already with the same packages (its label
+ai.detlab.packages), unless --force. Every step prints its elapsed time.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -69,6 +71,34 @@ def rootfs_tarball() -> Path:
 def image_exists(image: str) -> bool:
     done = subprocess.run(["docker", "image", "inspect", image], capture_output=True, check=False)
     return done.returncode == 0
+
+
+# The image's label naming what went into it: an image built before a package was added (e.g.
+# tensorboard) is rebuilt instead of being taken for current because its tag exists.
+PACKAGES_LABEL = "ai.detlab.packages"
+
+
+def packages_digest() -> str:
+    """Pure: a short digest of what the cpu image is asked to hold (torch + PACKAGES)."""
+    return hashlib.sha256("\n".join([TORCH_VERSION, *PACKAGES]).encode()).hexdigest()[:16]
+
+
+def image_label(image: str, label: str) -> str | None:
+    """A label of a local image; None when the image or the label is not there."""
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        return None
+    try:
+        labels = json.loads(done.stdout) or {}
+    except ValueError:
+        return None
+    value = labels.get(label) if isinstance(labels, dict) else None
+    return str(value) if value is not None else None
 
 
 def build_rootfs(tarball: Path, prefix: str = "image: ") -> None:
@@ -202,7 +232,8 @@ def build_cpu(image: str, started: float) -> None:
         )
         say(f"docker import as {image}", started)
         changes = [
-            f"LABEL ai.detlab.image=cpu ai.detlab.torch={TORCH_VERSION}",
+            f"LABEL ai.detlab.image=cpu ai.detlab.torch={TORCH_VERSION} "
+            f"{PACKAGES_LABEL}={packages_digest()}",
             "ENV LANG=C.UTF-8",
             'CMD ["python3"]',
         ]
@@ -223,8 +254,11 @@ def build_cuda(image: str, started: float) -> None:
 def ensure(kind: str, force: bool = False) -> str:
     image = DEFAULT_IMAGES[kind]
     if not force and image_exists(image):
-        say(f"{image} is there already (--force rebuilds it)")
-        return image
+        built_with = image_label(image, PACKAGES_LABEL) if kind == "cpu" else packages_digest()
+        if built_with == packages_digest():
+            say(f"{image} is there already (--force rebuilds it)")
+            return image
+        say(f"{image} is there but holds other packages than {', '.join(PACKAGES)}: rebuilding")
     started = time.monotonic()
     (build_cpu if kind == "cpu" else build_cuda)(image, started)
     say(f"{image} is ready", started)

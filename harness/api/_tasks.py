@@ -3,6 +3,7 @@ paging that trials' and tasks' logs share."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,9 +30,22 @@ class TaskCalls:
     def get_task(self, task_id: str) -> JSON:
         return self.session.get(f"/tasks/{task_id}")["task"]
 
-    def run_command(self, config: JSON) -> JSON:
-        """Queue a command: `config` is Determined's (entrypoint, resources, environment)."""
-        return self.session.post("/commands", {"config": config})["command"]
+    def _start(self, path: str, config: JSON, context: bytes | None) -> JSON:
+        """POST a task's config; with a `context` (.tar.gz bytes) as multipart, its config as
+        JSON text beside the archive (master/api/_util.task_body)."""
+        if context is None:
+            return self.session.post(path, {"config": config})
+        files = {
+            "config": (None, json.dumps(config), "application/json"),
+            "context": ("context.tar.gz", context, "application/gzip"),
+        }
+        timeout = max(self.session.timeout, 120.0)
+        return self.session.request("POST", path, files=files, timeout=timeout).json()
+
+    def run_command(self, config: JSON, context: bytes | None = None) -> JSON:
+        """Queue a command: `config` is Determined's (entrypoint, resources, environment);
+        `context`: a directory's .tar.gz, unpacked in its working directory."""
+        return self._start("/commands", config, context)["command"]
 
     def list_commands(self) -> list[JSON]:
         return self.session.get("/commands")["commands"]
@@ -39,9 +53,9 @@ class TaskCalls:
     def kill_command(self, task_id: str) -> JSON:
         return self.session.post(f"/commands/{task_id}/kill")["command"]
 
-    def start_notebook(self, config: JSON) -> JSON:
+    def start_notebook(self, config: JSON, context: bytes | None = None) -> JSON:
         """Start JupyterLab on a slot: `config` is Determined's notebook config."""
-        body = self.session.post("/notebooks", {"config": config})
+        body = self._start("/notebooks", config, context)
         return {**body["notebook"], "warnings": body.get("warnings") or []}
 
     def list_notebooks(self) -> list[JSON]:
@@ -70,9 +84,9 @@ class TaskCalls:
     def kill_tensorboard(self, task_id: str) -> JSON:
         return self.session.post(f"/tensorboards/{task_id}/kill")["tensorboard"]
 
-    def start_shell(self, config: JSON) -> JSON:
+    def start_shell(self, config: JSON, context: bytes | None = None) -> JSON:
         """Start a shell task on a slot (`det shell start`): `config` is Determined's."""
-        body = self.session.post("/shells", {"config": config})
+        body = self._start("/shells", config, context)
         return {**body["shell"], "warnings": body.get("warnings") or []}
 
     def list_shells(self) -> list[JSON]:

@@ -1,7 +1,10 @@
-"""Pack a model directory into the `.tar.gz` the master stores (`experiment create`)."""
+"""Pack a directory into the `.tar.gz` the master stores: a model definition (`det experiment
+create`) or a task's context (`det cmd run|notebook start|shell start --context`), with the
+same `.detignore` rules."""
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import io
 import os
@@ -85,22 +88,25 @@ def with_includes(
 
 
 def build_model_def(
-    model_dir: str | Path | None, limit: int | None = None, includes: Sequence[str | Path] = ()
+    model_dir: str | Path | None,
+    limit: int | None = None,
+    includes: Sequence[str | Path] = (),
+    what: tuple[str, str] = ("model directory", "a model definition"),
 ) -> bytes:
     """The `.tar.gz` bytes of `model_dir` (and `includes`); refuses (CliError) to exceed
-    `limit` compressed."""
+    `limit` compressed. `what`: the directory's and the archive's names in messages."""
     limit = MAX_MODEL_DEF_BYTES if limit is None else limit
     root = Path(model_dir) if model_dir is not None else None
     if root is not None and not root.is_dir():
-        raise CliError(f"model directory {model_dir} does not exist or is not a directory")
+        raise CliError(f"{what[0]} {model_dir} does not exist or is not a directory")
     entries = with_includes(collect(root) if root is not None else [], includes)
     raw = sum(p.lstat().st_size for p, _ in entries if not p.is_dir())
 
     def too_large(compressed: int) -> CliError:
         return CliError(
-            f"model directory {model_dir} is too large: {size(raw)} in {len(entries)} entries "
-            f"(at least {size(compressed)} compressed), over the {size(limit)} limit for a "
-            f"model definition; add data sets, checkpoints and other large files to "
+            f"{what[0]} {model_dir} is too large: {size(raw)} in {len(entries)} entries "
+            f"(at least {size(compressed)} compressed), over the {size(limit)} limit for "
+            f"{what[1]}; add data sets, checkpoints and other large files to "
             f"{(root or Path('.')) / DETIGNORE}"
         )
 
@@ -114,3 +120,32 @@ def build_model_def(
     if len(data) > limit:
         raise too_large(len(data))
     return data
+
+
+def add_context_args(parser: argparse.ArgumentParser) -> None:
+    """Determined's `-c/--context DIR` and `-i/--include PATH` of a command, notebook or shell."""
+    parser.add_argument(
+        "-c",
+        "--context",
+        metavar="DIR",
+        help="a directory whose files appear in the task's working directory (.detignore "
+        "honoured; at most the master's model-definition limit, 96 MiB compressed)",
+    )
+    parser.add_argument(
+        "-i",
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file or directory to add at the top of the context (repeatable)",
+    )
+
+
+def pack_context(args: argparse.Namespace) -> bytes | None:
+    """The task's context as .tar.gz (None without `--context` or `--include`)."""
+    context, includes = getattr(args, "context", None), getattr(args, "include", None) or []
+    if not context and not includes:
+        return None
+    return build_model_def(
+        context, includes=includes, what=("context directory", "a task's context")
+    )

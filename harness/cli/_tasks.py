@@ -48,8 +48,6 @@ def task_config(args: argparse.Namespace, noun: str) -> dict[str, Any]:
         if not isinstance(loaded, dict):
             raise CliError(f"{args.config_file}: expected a mapping at the top level")
         config = loaded
-    if getattr(args, "context", None):
-        raise CliError(f"--context is not supported for {noun} yet (issue 38)")
     if args.description:
         config["description"] = args.description
     return config

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from harness.cli._common import Cli, Column, add_json_flag, print_json
+from harness.cli._modeldef import add_context_args, pack_context
 from harness.cli._tasks import TaskKind, add_subcommands, print_warnings, show, task_config
 from harness.cli._tasks import wait_ready as _wait_ready
 
@@ -32,7 +33,7 @@ NOTEBOOK = TaskKind(
 
 def start(cli: Cli, args: argparse.Namespace) -> int:
     client = cli.client()
-    nb = client.start_notebook(task_config(args, "notebooks"))
+    nb = client.start_notebook(task_config(args, "notebooks"), pack_context(args))
     print_warnings(nb)
     if args.json and args.detach:
         print_json(cli, nb)
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     x = s.add_parser("start", help="start a notebook and open it once it is ready")
     x.add_argument("--config-file", help="Determined's notebook config (YAML)")
-    x.add_argument("--context", help="a directory to upload (not yet supported)")
+    add_context_args(x)
     x.add_argument("--description", help="a name for it")
     x.add_argument("--no-browser", action="store_true", help="print its URL only")
     x.add_argument("-d", "--detach", action="store_true", help="print its id and return")

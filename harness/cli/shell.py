@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from harness.cli._common import Cli, Column, add_json_flag, print_json
+from harness.cli._modeldef import add_context_args, pack_context
 from harness.cli._tasks import TaskKind, add_subcommands, print_warnings, task_config, wait_ready
 
 SHELL_COLUMNS: list[Column] = [
@@ -38,7 +39,7 @@ def _open(cli: Cli, task_id: str, command: list[str]) -> int:
 
 
 def start(cli: Cli, args: argparse.Namespace) -> int:
-    shell = cli.client().start_shell(task_config(args, "shells"))
+    shell = cli.client().start_shell(task_config(args, "shells"), pack_context(args))
     print_warnings(shell)
     if args.detach:
         if args.json:
@@ -67,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     x = s.add_parser("start", help="start a shell task and open a terminal in it")
     x.add_argument("--config-file", help="Determined's shell config (YAML)")
-    x.add_argument("--context", help="a directory to upload (not yet supported)")
+    add_context_args(x)
     x.add_argument("--description", help="a name for it")
     x.add_argument("-d", "--detach", action="store_true", help="print its id and return")
     add_json_flag(x)

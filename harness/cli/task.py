@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from harness.cli._common import Cli, CliError, Column, add_json_flag, print_json, print_table, when
+from harness.cli._modeldef import add_context_args, pack_context
 
 
 def _agents(t: dict[str, Any]) -> str:
@@ -50,6 +51,8 @@ def list_tasks(cli: Cli, args: argparse.Namespace) -> int:
 
 
 def run_command(cli: Cli, args: argparse.Namespace) -> int:
+    if args.entrypoint[:1] == ["--"]:  # argparse's REMAINDER keeps the separator
+        args.entrypoint = args.entrypoint[1:]
     if not args.entrypoint:
         raise CliError("give the command to run: det cmd run [OPTIONS] -- COMMAND [ARG...]")
     resources: dict[str, Any] = {"slots": args.slots}
@@ -65,7 +68,7 @@ def run_command(cli: Cli, args: argparse.Namespace) -> int:
     if args.env:
         config["environment"] = {"environment_variables": args.env}
     client = cli.client()
-    cmd = client.run_command(config)
+    cmd = client.run_command(config, pack_context(args))
     if args.json:
         print_json(cli, cmd)
         return 0
@@ -139,6 +142,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--preemptible", action="store_true", help="may be stopped and re-run")
     x.add_argument("--description", help="a name for it")
     x.add_argument("--env", action="append", metavar="NAME=VALUE", help="environment variable")
+    add_context_args(x)
     x.add_argument("-d", "--detach", action="store_true", help="print its id and return")
     add_json_flag(x)
     x.set_defaults(func=run_command)

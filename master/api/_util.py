@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import IO, Any
 
-from flask import request
+from flask import current_app, request
 
 from master.api._guard import require_object
 from master.errors import BadRequest
@@ -68,3 +68,31 @@ def require_str(body: dict, key: str) -> str:
     if "\x00" in val:  # PostgreSQL refuses NUL in text: name the field rather than fail later
         raise BadRequest(f"{key} must not contain NUL characters", path=key)
     return val
+
+
+def task_body() -> tuple[dict[str, Any], IO[bytes] | None]:
+    """A command's, notebook's or shell's start request: `{"config": ...}` as JSON, or, with a
+    `--context`, multipart: a `config` field (the config object as JSON text) and a `context` file
+    (the directory's .tar.gz; master/services/task/task_context.py checks and keeps it)."""
+    if request.mimetype != "multipart/form-data":
+        body = json_body()
+        if body.get("files"):  # Determined's JSON form of a context: base64 in the body
+            raise BadRequest(
+                "send a task's context as multipart/form-data (a 'context' .tar.gz file beside "
+                "a 'config' field), as det --context does; JSON 'files' are not accepted",
+                path="files",
+            )
+        return body, None
+    text = request.form.get("config")
+    if text is None:
+        raise BadRequest("the 'config' field (the task's config as JSON) is required", "config")
+    try:
+        # The app's strict JSON (master/api/_guard.py): depth, NaN, NUL checked as in any body.
+        config = current_app.json.loads(text)
+    except ValueError as e:
+        raise BadRequest(f"the 'config' field is not JSON: {e}", path="config") from None
+    body = {"config": config}
+    upload = request.files.get("context")
+    # Werkzeug spooled the upload to a temporary file: it is checked and copied to the
+    # database a chunk at a time, never read whole into memory.
+    return body, upload.stream if upload else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
-from master.api._util import int_arg, json_body
+from master.api._util import int_arg, task_body
 from master.auth import require_user
 from master.errors import BadRequest
 from master.services.task import commands as cmd_svc
@@ -23,7 +23,7 @@ bp = Blueprint("notebooks", __name__)
 def create_notebook() -> ResponseReturnValue:
     p = require_user()
     assert p.user_id is not None
-    task, warnings = nb_svc.create_notebook(p.user_id, json_body())
+    task, warnings = nb_svc.create_notebook(p.user_id, *task_body())
     return jsonify({"notebook": svc.tasks_json([task])[0], "warnings": warnings}), 201
 
 
@@ -55,7 +55,7 @@ def kill_notebook(task_id: str) -> ResponseReturnValue:
 def create_shell() -> ResponseReturnValue:
     p = require_user()
     assert p.user_id is not None
-    task, warnings = shell_svc.create_shell(p.user_id, json_body())
+    task, warnings = shell_svc.create_shell(p.user_id, *task_body())
     return jsonify({"shell": svc.tasks_json([task])[0], "warnings": warnings}), 201
 
 

@@ -1,15 +1,17 @@
 """Tasks and commands (Determined's shapes): `GET /tasks` lists every task type; commands are
-created, read, killed and their logs followed under `/commands` and `/tasks/<id>/logs`."""
+created, read, killed and their logs followed under `/commands` and `/tasks/<id>/logs`; a task's
+`--context` is read by the task itself at `/tasks/<id>/context`."""
 
 from __future__ import annotations
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, Response, jsonify
 from flask.typing import ResponseReturnValue
 
-from master.api._util import bool_arg, float_arg, int_arg, json_body, str_arg
-from master.auth import require_user
+from master.api._util import bool_arg, float_arg, int_arg, str_arg, task_body
+from master.auth import principal, require_user
 from master.errors import BadRequest
 from master.services.task import commands as cmd_svc
+from master.services.task import task_context
 from master.services.task import tasks as svc
 from master.services.task.task_logs import task_logs_page
 from master.services.trial import logs as log_svc
@@ -63,11 +65,22 @@ def task_logs(task_id: str) -> ResponseReturnValue:
     return jsonify(task_logs_page(task.id, *args))
 
 
+@bp.get("/tasks/<task_id>/context")
+def task_context_archive(task_id: str) -> ResponseReturnValue:
+    """A command's, notebook's or shell's `--context` (.tar.gz), for the task's own session
+    token only (harness/task_context.py fetches it before its program starts)."""
+    task, data = task_context.context_of(principal(), task_id)
+    headers = {"X-Content-SHA256": task.context_sha256 or ""}
+    if task.context_size is not None:
+        headers["Content-Length"] = str(task.context_size)
+    return Response(data, mimetype="application/gzip", headers=headers)
+
+
 @bp.post("/commands")
 def create_command() -> ResponseReturnValue:
     p = require_user()
     assert p.user_id is not None
-    task, warnings = cmd_svc.create_command(p.user_id, json_body())
+    task, warnings = cmd_svc.create_command(p.user_id, *task_body())
     return jsonify({"command": svc.tasks_json([task])[0], "warnings": warnings}), 201
 
 

@@ -105,6 +105,9 @@ TABLE = [
       url="/tasks/{cmd}"),
     R("GET", "/tasks/<task_id>/logs",                               "401 200 200 200 403 403 403",
       url="/tasks/{cmd}/logs"),
+    # A task's --context: the task's own session token alone (tests/notebooks/test_context.py).
+    R("GET", "/tasks/<task_id>/context",                            "401 403 403 403 403 403 403",
+      url="/tasks/{cmd}/context"),
     R("GET", "/commands",                                           "401 200 200 200 403 403 403"),
     R("POST", "/commands",                                          "401 201 201 201 403 403 403",
       body=lambda w: {"config": {"entrypoint": ["true"], "resources": {"slots": 0}}}),

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from master.services.task.tensorboards import group_sources, may_read_storage
+from master.services.task.tensorboards import group_sources, may_read_storage, storage_mounts
 from tests.api.conftest import login, submit
 
 CONFIG = """
@@ -27,6 +29,25 @@ def test_sources_are_grouped_by_experiment() -> None:
         {"experiment_id": 1, "trial_ids": [3], "storage": {"a": 1}},
         {"experiment_id": 2, "trial_ids": [5, 7], "storage": {"b": 2}},
     ]
+
+
+def test_a_container_gets_each_shared_fs_source_read_only_once() -> None:
+    """On the docker runtime the TensorBoard reads shared_fs storage through bind mounts at the
+    paths trials wrote to; object storage needs none."""
+    other = {"type": "shared_fs", "host_path": "/srv/ckpt", "storage_path": "team"}
+    sources = group_sources(
+        [(1, 1), (2, 2), (3, 3), (4, 4)],
+        {1: SHARED, 2: S3, 3: other, 4: dict(SHARED)},
+    )
+    assert storage_mounts(sources) == [
+        {"host_path": "/srv/ckpt", "container_path": "/srv/ckpt", "read_only": True},
+        {
+            "host_path": SHARED["host_path"],
+            "container_path": SHARED["host_path"],
+            "read_only": True,
+        },
+    ]
+    assert storage_mounts(group_sources([(1, 1)], {1: S3})) == []
 
 
 def test_only_owners_and_admins_get_storage_credentials() -> None:
@@ -91,3 +112,34 @@ def test_start_resolves_trials_and_refuses_clearly(app: Flask, client: FlaskClie
     r = client.post("/api/v1/commands", json={"config": {"entrypoint": ["true"]}}, headers=admin)
     cmd = r.json["command"]["id"]
     assert client.get(f"/api/v1/tensorboards/{cmd}", headers=admin).status_code == 400
+
+
+def _idle_timeouts(app: Flask, client: FlaskClient, configs: list[dict]) -> list[Any]:
+    from master.db import db
+    from master.models import Task
+
+    admin = login(client)
+    exp = submit(client, admin, CONFIG % json.dumps(SHARED))["experiment"]["id"]
+    ids: list[str] = []
+    for config in configs:
+        r = client.post(
+            "/api/v1/tensorboards", json={"experiment_ids": [exp], "config": config}, headers=admin
+        )
+        assert r.status_code == 201 and r.json is not None, r.json
+        ids.append(r.json["tensorboard"]["id"])
+    with app.app_context():
+        tasks = [db.session.get(Task, i) for i in ids]
+        return [(t.spec or {}).get("idle_timeout") if t else "missing" for t in tasks]
+
+
+def test_a_tensorboard_without_idle_timeout_gets_the_clusters_300_s(
+    app: Flask, client: FlaskClient
+) -> None:
+    """Determined's master default `tensorboard_timeout: 300`; a config's own one wins."""
+    got = _idle_timeouts(app, client, [{}, {"idle_timeout": "2h"}])
+    assert got == [300.0, 7200.0]
+
+
+@pytest.mark.parametrize("app", [{"tensorboard_timeout": None}], indirect=True)
+def test_tensorboard_timeout_null_means_never(app: Flask, client: FlaskClient) -> None:
+    assert _idle_timeouts(app, client, [{}, {"idle_timeout": 45}]) == [None, 45.0]

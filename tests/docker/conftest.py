@@ -82,8 +82,14 @@ def dcluster(cluster_factory, docker_agent: str) -> Cluster:  # type: ignore[no-
 def default_image(docker_image: str) -> str:
     """The default cpu image (scripts/build-images; scripts/docker-setup builds it)."""
     from agent.images import DEFAULT_IMAGES
+    from agent.images.build import PACKAGES_LABEL, image_label, packages_digest
 
     image = DEFAULT_IMAGES["cpu"]
     if not image_exists(image):
         pytest.fail(f"the default image {image} is not built (run scripts/docker-setup)")
+    if image_label(image, PACKAGES_LABEL) != packages_digest():
+        pytest.fail(
+            f"the default image {image} was built with other packages than agent/images says "
+            "(run scripts/build-images, which rebuilds it)"
+        )
     return image

@@ -4,6 +4,7 @@ a kernel computes through the proxy, a shell command's output and status come ba
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 import pytest
@@ -11,7 +12,14 @@ import requests
 
 from tests.cluster import Cluster, wait_for
 from tests.docker.conftest import DOCKER_AGENT_ARGS, agent_containers
-from tests.notebooks._nb import base_url, execute, kernel_socket, new_kernel, start_notebook
+from tests.notebooks._nb import (
+    base_url,
+    bearer,
+    execute,
+    kernel_socket,
+    new_kernel,
+    start_notebook,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -121,3 +129,49 @@ def test_a_notebook_and_a_shell_run_in_containers_behind_the_proxy(
     assert "in-a-container-42" in run.stdout
     dcluster.det("shell", "kill", shell["id"])
     wait_for(lambda: _ended(dcluster, "shell", shell["id"]), 120, what="the shell CANCELED")
+
+
+@pytest.mark.parametrize("network", ["host", "bridge"])
+def test_a_notebook_still_answers_through_the_proxy_after_its_agent_restarts(
+    cluster_factory: Any, docker_agent: str, default_image: str, docker_client: Any, network: str
+) -> None:
+    """The agent dies (SIGKILL: a crash, an upgrade) and comes back; the notebook's container
+    ran on, and the restarted agent reports its port again (the container's label), so the
+    master's proxy still reaches it: the same kernel computes through the proxy."""
+    dcluster = cluster_factory(db="sqlite")
+    args = (
+        *DOCKER_AGENT_ARGS, "--container-network", network, "--container-master-url", dcluster.url,
+    )  # fmt: skip
+    dcluster.start_agent(docker_agent, 2, *args)
+    nb = start_notebook(dcluster)
+    base = base_url(nb)
+    kernel = new_kernel(base, dcluster.token)
+    ws = kernel_socket(base, kernel, dcluster.token)
+    try:
+        assert execute(ws, "x = 6*7; x") == "42"
+    finally:
+        ws.close()
+    (box,) = agent_containers(docker_client, docker_agent, status="running")
+    assert box.labels["ai.detlab.proxy-port"] == str(_task_port(box))
+
+    dcluster.stop_agent(docker_agent, signal.SIGKILL)
+    dcluster.start_agent(docker_agent, 2, *args)
+    # A second notebook reachable through the proxy proves the master has applied the restarted
+    # agent's reports, each of which carries the first notebook's allocation too.
+    second = start_notebook(dcluster)
+    assert "re-attached to container" in dcluster.read_log(docker_agent)
+    box.reload()
+    assert box.status == "running"  # the same container, never restarted
+
+    r = requests.get(base + "api/kernels", headers=bearer(dcluster.token), timeout=10)
+    assert r.status_code == 200, (r.status_code, r.text[:300])  # 503 when the port was lost
+    assert kernel in [k["id"] for k in r.json()]
+    ws = kernel_socket(base, kernel, dcluster.token)
+    try:
+        assert execute(ws, "x + 1") == "43"  # the kernel's state outlived the agent
+    finally:
+        ws.close()
+    ids = (nb["id"], second["id"])
+    for task_id in ids:
+        dcluster.det("notebook", "kill", task_id)
+    wait_for(lambda: all(_ended(dcluster, "notebook", i) for i in ids), 120, what="both CANCELED")

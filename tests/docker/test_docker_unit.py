@@ -26,6 +26,7 @@ from agent.runtime.docker import (
     iso_us,
     parse_ts,
 )
+from agent.runtime.docker._common import recovered_proxy_port
 from agent.runtime.process import ProcessRuntime
 from detlab.protocol import StartSpec
 
@@ -359,7 +360,30 @@ def test_a_proxied_task_gets_a_port_the_master_reaches(tmp_path: Path, network: 
     kw = rt.create_kwargs(spec(proxy=True), "img:1")
     port = rt._serve_port(kw)
     assert 0 < port < 65536 and kw["environment"]["DET_TASK_PORT"] == str(port)
+    # Labelled: a restarted agent reports it again (recovered_proxy_port).
+    assert kw["labels"]["ai.detlab.proxy-port"] == str(port)
     if network == "host":
         assert "ports" not in kw
     else:
         assert kw["ports"] == {f"{port}/tcp": port}
+
+
+@pytest.mark.parametrize(
+    ("labels", "env", "port"),
+    [
+        ({"ai.detlab.proxy-port": "41234"}, None, 41234),
+        # The label wins over an environment a user could have set.
+        ({"ai.detlab.proxy-port": "41234"}, ["DET_TASK_PORT=1"], 41234),
+        # A container of an agent from before the label: the agent's DET_TASK_PORT (set last).
+        ({}, ["DET_TASK_PORT=9", "A=1", "DET_TASK_PORT=40000"], 40000),
+        ({}, ["A=1"], None),  # a trial
+        ({}, None, None),
+        ({"ai.detlab.proxy-port": "nope"}, None, None),
+        ({"ai.detlab.proxy-port": "70000"}, None, None),
+        ({}, ["DET_TASK_PORT=0"], None),
+    ],
+)
+def test_a_reattached_containers_proxy_port(
+    labels: dict[str, str], env: list[str] | None, port: int | None
+) -> None:
+    assert recovered_proxy_port(labels, env) == port

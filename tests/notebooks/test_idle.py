@@ -80,13 +80,25 @@ def test_the_clusters_notebook_timeout_is_the_default_idle_timeout(cluster_facto
     cluster.det("notebook", "kill", own["id"])
 
 
+@pytest.mark.parametrize("key", ["notebook_timeout", "tensorboard_timeout"])
 @pytest.mark.parametrize("bad", ["0", "-5", "true", "'30m'", str(366 * 86400)])
-def test_a_bad_notebook_timeout_is_refused_naming_the_key(tmp_path, bad: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_bad_idle_timeout_default_is_refused_naming_the_key(tmp_path, key: str, bad: str) -> None:  # type: ignore[no-untyped-def]
+    """Determined's two master keys for the cluster's idle timeouts, checked by one rule."""
     from master.config import MasterConfigError, load_master_config
 
     path = tmp_path / "master.yaml"
-    path.write_text(f"notebook_timeout: {bad}\n")
-    with pytest.raises(MasterConfigError, match="notebook_timeout must be a number of seconds"):
+    path.write_text(f"{key}: {bad}\n")
+    with pytest.raises(MasterConfigError, match=f"{key} must be a number of seconds"):
         load_master_config(path)
-    path.write_text("notebook_timeout: 1800\n")
-    assert load_master_config(path).notebook_timeout == 1800
+    path.write_text(f"{key}: 1800\n")
+    assert getattr(load_master_config(path), key) == 1800
+    path.write_text(f"{key}: null\n")
+    assert getattr(load_master_config(path), key) is None
+
+
+def test_the_idle_timeout_defaults_are_determineds() -> None:
+    """Notebooks: never reaped unless the cluster says; TensorBoards: after 5 idle minutes."""
+    from master.config import MasterConfig
+
+    assert MasterConfig().notebook_timeout is None
+    assert MasterConfig().tensorboard_timeout == 300

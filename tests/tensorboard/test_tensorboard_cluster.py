@@ -9,6 +9,7 @@ import math
 import os
 import re
 import time
+from typing import Any
 
 import pytest
 import requests
@@ -133,3 +134,45 @@ def test_a_tensorboard_in_use_stays_and_an_idle_one_is_reaped(cluster_factory) -
     )
     log = cluster.det("tensorboard", "logs", tb["id"]).stdout
     assert "idle for" in log and "idle_timeout 4 s" in log
+
+
+def test_the_clusters_tensorboard_timeout_reaps_a_tensorboard_without_its_own(
+    cluster_factory: Any,
+) -> None:
+    """master.yaml's `tensorboard_timeout` (Determined's key, seconds; 300 when absent) is the
+    idle timeout of a TensorBoard whose config sets none; one that sets its own keeps it."""
+    cluster = cluster_factory(master_yaml="idle_check_interval: 0.5\ntensorboard_timeout: 3\n")
+    cluster.start_agent("agent-1", slots=1)
+    config = digits_config(
+        cluster,
+        searcher={
+            "name": "single",
+            "metric": "validation_accuracy",
+            "smaller_is_better": False,
+            "max_length": {"batches": 10},
+        },
+        scheduling_unit=10,
+    )
+    _, exp_id = run_to_end(cluster, config, DIGITS)
+    own_cfg = cluster.tmp / "own.yaml"
+    own_cfg.write_text("idle_timeout: 2h\n")
+    own = cluster.det_json(
+        "tensorboard", "start", str(exp_id), "--config-file", str(own_cfg), "--no-browser",
+        "--json",
+    )  # fmt: skip
+    plain = cluster.det_json("tensorboard", "start", str(exp_id), "--no-browser", "--json")
+
+    def state(tb: dict) -> str:
+        return str(cluster.get(f"/tensorboards/{tb['id']}")["tensorboard"]["state"])
+
+    wait_for(
+        lambda: state(plain) == "CANCELED",
+        60,
+        0.2,
+        what="the TensorBoard without idle_timeout stopped by the cluster's default",
+    )
+    log = cluster.det("tensorboard", "logs", plain["id"]).stdout
+    assert "idle_timeout 3 s" in log, log
+    # Started first, idle as long, and past the cluster's 3 s: its own 2 h holds.
+    assert state(own) == "ACTIVE"
+    cluster.det("tensorboard", "kill", own["id"])

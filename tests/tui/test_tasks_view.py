@@ -18,7 +18,15 @@ ALICE = {"username": "alice", "admin": False}
 def test_rows_and_who_may_kill_are_pure() -> None:
     tasks = FakeClient().tasks
     rows = task_rows(tasks, NOW)
-    assert [r.cells[0] for r in rows] == ["5f0c2a1e", "c41d7e22", "9a8b7c6d", "1.r101", "2.r201"]
+    assert [r.cells[0] for r in rows] == [
+        "5f0c2a1e",
+        "c41d7e22",
+        "9a8b7c6d",
+        "1.r101",
+        "2.r201",
+        "7e1f0b2c",
+        "3c2b1a09",
+    ]
     assert rows[0].key == tasks[0]["id"]  # the whole id, whatever is shown
     assert [r.cells[1] for r in rows][:4] == ["command", "command", "command", "trial"]
     assert rows[1].cells[7] == "waiting for 4 free slot(s)" and rows[0].cells[8] == "2m00s"
@@ -28,6 +36,9 @@ def test_rows_and_who_may_kill_are_pure() -> None:
     assert not killable(ended, ALICE) and not killable(trial, ALICE)
     assert killable(bobs, None)  # who we are is not known yet: the master decides
     assert task_rows([{**mine, "created_at": iso(0)}], NOW)[0].cells[8] == "0s"
+    # IDLE: the notebook idle for 25 minutes; the shell in use, commands and trials: "-".
+    assert [r.cells[9] for r in rows] == ["-"] * 5 + ["25m00s", "-"]
+    assert [r.cells[1] for r in rows][5:] == ["notebook", "shell"]
 
 
 @sync
@@ -39,7 +50,7 @@ async def test_tasks_view_opens_a_commands_log_and_a_trials() -> None:
         await wait_until(pilot, lambda: isinstance(app.screen, TasksScreen), what="tasks")
         await settle(pilot)
         table = app.screen.query_one("#tasks", ResourceTable)
-        assert len(table.view) == 5
+        assert len(table.view) == 7
         await pilot.press("l")
         screen = await wait_until(
             pilot, lambda: isinstance(app.screen, LogsScreen) and app.screen, what="logs"
@@ -101,7 +112,7 @@ async def test_readonly_hides_kill_and_A_shows_only_live_tasks() -> None:
         await pilot.press("A")
         await wait_until(pilot, lambda: ("list_tasks", (None,), {"active": True}) in api.calls)
         table = app.screen.query_one("#tasks", ResourceTable)
-        await wait_until(pilot, lambda: len(table.view) == 4, what="the ended one gone")
+        await wait_until(pilot, lambda: len(table.view) == 6, what="the ended one gone")
 
 
 @sync
@@ -169,7 +180,7 @@ async def test_kill_stops_ones_notebook_shell_or_tensorboard_through_its_own_rou
         await settle(pilot)
         await wait_until(pilot, lambda: app.ctx.user is not None, what="who we are")
         table = app.screen.query_one("#tasks", ResourceTable)
-        await wait_until(pilot, lambda: len(table.view) == 8, what="the rows")
+        await wait_until(pilot, lambda: len(table.view) == 10, what="the rows")
         for row, (task, kind) in enumerate(zip(extra, kinds, strict=True)):
             noun = kind.lower()
             assert table.view[row].key == task["id"]

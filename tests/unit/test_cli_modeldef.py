@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import tarfile
@@ -79,3 +80,34 @@ def test_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_missing_dir(tmp_path: Path) -> None:
     with pytest.raises(CliError, match="does not exist"):
         build_model_def(tmp_path / "nope")
+
+
+def _parsed(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    _modeldef.add_context_args(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_a_tasks_context_packs_like_a_model_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`det cmd run|notebook start|shell start -c DIR [-i PATH]` (issue 38): the same
+    .detignore rules, its own words over the limit, nothing without either flag."""
+    _tree(tmp_path)
+    (tmp_path / ".detignore").write_text("data/\n*.log\n")
+    extra = tmp_path.parent / f"{tmp_path.name}-extra.txt"
+    extra.write_text("extra")
+    data = _modeldef.pack_context(_parsed("-c", str(tmp_path), "-i", str(extra)))
+    assert data is not None
+    names = _names(data)
+    assert {"train.py", "lib/model.py", extra.name} <= names
+    assert not names & {"data/big.csv", "notes.log", ".git"}
+    assert _modeldef.pack_context(_parsed()) is None
+    (tmp_path / "weights.bin").write_bytes(os.urandom(64 * 1024))
+    monkeypatch.setattr(_modeldef, "MAX_MODEL_DEF_BYTES", 16 * 1024)
+    with pytest.raises(CliError) as info:
+        _modeldef.pack_context(_parsed("--context", str(tmp_path)))
+    msg = str(info.value)
+    assert msg.startswith("context directory") and "limit for a task's context" in msg
+    with pytest.raises(CliError, match="context directory .* does not exist"):
+        _modeldef.pack_context(_parsed("-c", str(tmp_path / "nope")))

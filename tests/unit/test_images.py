@@ -9,11 +9,12 @@ import pytest
 
 from agent.images import (
     DEFAULT_IMAGES,
+    PACKAGES,
     default_image,
     missing_module,
     missing_module_message,
 )
-from agent.images.build import main, pip_args, torch_requirement
+from agent.images.build import main, packages_digest, pip_args, torch_requirement
 
 
 def test_one_default_image_per_slot_type() -> None:
@@ -56,3 +57,35 @@ def test_an_unknown_image_kind_is_refused(capsys: pytest.CaptureFixture[str]) ->
         main(["gpu"])
     assert e.value.code == 2
     assert "unknown image gpu: choose from cpu, cuda" in capsys.readouterr().err
+
+
+def test_the_images_carry_what_tensorboards_need_pinned_as_the_extras() -> None:
+    """`det tensorboard` runs harness/tb_serve.py in the default image: tensorboard is in it,
+    with pyproject's pin; the cuda Dockerfile asks for the same."""
+    pins = {p.split(">")[0].split("=")[0]: p for p in PACKAGES}
+    assert pins["tensorboard"] == "tensorboard>=2.21,<2.22"
+    root = Path(__file__).resolve().parents[2]
+    assert '"tensorboard>=2.21,<2.22"' in (root / "pyproject.toml").read_text()
+    dockerfile = (root / "images" / "cuda.Dockerfile").read_text()
+    assert all(f'"{p}"' in dockerfile for p in PACKAGES), dockerfile
+
+
+def test_an_image_built_with_other_packages_is_rebuilt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The digest labels the image; an image whose label differs (built before a package was
+    added) is rebuilt instead of taken for current because its tag exists."""
+    import agent.images.build as build
+
+    digest = packages_digest()
+    assert len(digest) == 16 and packages_digest() == digest
+    monkeypatch.setattr(build, "PACKAGES", (*PACKAGES, "extra>=1"))
+    assert packages_digest() != digest
+    monkeypatch.undo()
+
+    built: list[str] = []
+    monkeypatch.setattr(build, "image_exists", lambda image: True)
+    monkeypatch.setattr(build, "build_cpu", lambda image, started: built.append(image))
+    for label, rebuilt in ((packages_digest(), False), ("0123456789abcdef", True), (None, True)):
+        built.clear()
+        monkeypatch.setattr(build, "image_label", lambda image, key, v=label: v)
+        build.ensure("cpu")
+        assert built == ([DEFAULT_IMAGES["cpu"]] if rebuilt else []), label

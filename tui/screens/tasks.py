@@ -1,7 +1,8 @@
 """`:tasks`: every task the cluster runs (trials, commands, notebooks, shells, TensorBoards),
-newest first, with type, owner, state and age; Enter or `l` opens its log, `x` kills a command,
-notebook, shell or TensorBoard after asking (its owner or an admin; a trial is stopped through
-its experiment)."""
+newest first, with type, owner, state, age and idle time (a running notebook's, shell's or
+TensorBoard's, as the master's idle check last judged it); Enter or `l` opens its log, `x`
+kills a command, notebook, shell or TensorBoard after asking (its owner or an admin; a trial is
+stopped through its experiment)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ COLUMNS = [
     Column("slots", "SLOTS", width=5, justify="right"),
     Column("waiting", "WAITING FOR", max_width=28),
     Column("age", "AGE", width=7, justify="right"),
+    Column("idle", "IDLE", width=7, justify="right"),
 ]
 
 
@@ -52,6 +54,7 @@ def task_rows(tasks: list[JSON], now: float) -> list[Row]:
                 str(t.get("slots") if t.get("slots") is not None else ""),
                 t.get("waiting_for") or "",
                 fmt_age(t.get("created_at"), now),
+                fmt_age(t.get("idle_since"), now),  # "-": in use, or not an interactive task
             ],
             sort=[
                 None,
@@ -63,6 +66,7 @@ def task_rows(tasks: list[JSON], now: float) -> list[Row]:
                 t.get("slots") or 0,
                 None,
                 t.get("created_at") or "",
+                t.get("idle_since") or "~",  # the longest idle first; never idle last
             ],
             data=t,
         )

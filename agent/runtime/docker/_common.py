@@ -24,6 +24,9 @@ L_AGENT = f"{LABEL_PREFIX}.agent"
 L_ALLOCATION = f"{LABEL_PREFIX}.allocation"
 L_TRIAL = f"{LABEL_PREFIX}.trial"
 L_EXPERIMENT = f"{LABEL_PREFIX}.experiment"
+# A notebook's, shell's or TensorBoard's port (StartSpec.proxy): a restarted agent reads it back
+# and reports it again, or the master's proxy would lose its way to a task that kept running.
+L_PROXY_PORT = f"{LABEL_PREFIX}.proxy-port"
 
 WORKDIR = "/run/determined/workdir"
 LIB_DIR = "/run/determined/lib"
@@ -133,3 +136,20 @@ def _accepts_timestamp(sink: Any) -> bool:
 
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", text).strip("._-") or "x"
+
+
+def recovered_proxy_port(labels: dict[str, str], env: list[str] | None) -> int | None:
+    """Pure: the port a re-attached container serves the master's proxy on: its label, else
+    (a container created by an agent before the label existed) the DET_TASK_PORT the agent put
+    last in its environment; None for a container without one (a trial) or a bad value."""
+    raw = labels.get(L_PROXY_PORT)
+    if raw is None:
+        raw = next(
+            (e.partition("=")[2] for e in reversed(env or []) if e.startswith("DET_TASK_PORT=")),
+            None,
+        )
+    try:
+        port = int(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return port if port is not None and 0 < port < 65536 else None

@@ -19,6 +19,7 @@ from agent.runtime.docker._build import ContainerBuilder
 from agent.runtime.docker._common import (
     L_AGENT,
     L_ALLOCATION,
+    L_PROXY_PORT,
     LIB_DIR,
     WORKDIR,
     DockerOptions,
@@ -30,6 +31,7 @@ from agent.runtime.docker._common import (
     _StartError,
     log,
     owned_workdir_tar,
+    recovered_proxy_port,
 )
 from agent.runtime.docker._logpos import (
     LogPos,
@@ -208,6 +210,7 @@ class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
         under the same number (the task binds DET_TASK_PORT inside the container)."""
         port = free_tcp_port()
         kwargs["environment"]["DET_TASK_PORT"] = str(port)
+        kwargs["labels"][L_PROXY_PORT] = str(port)
         if self.opts.network != "host":
             kwargs["ports"] = {f"{port}/tcp": port}
         return port
@@ -328,6 +331,7 @@ class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
             rec.handle = handle
             info = self._inspect_state(c["Id"]) or {}
             rec.pid = info.get("Pid") or None
+            rec.proxy_port = self._recovered_port(c)
             with self._lock:
                 self._allocs[aid] = rec
             st = _LogState(self._state_path(aid), c["Id"], delivered)
@@ -357,6 +361,17 @@ class DockerRuntime(LogPipeline, ContainerBuilder, Runtime):
             ).start()
         if found:
             self.changed.set()
+
+    def _recovered_port(self, c: dict[str, Any]) -> int | None:
+        """The proxy port of a re-attached container (its label; an older one's environment)."""
+        labels = c.get("Labels") or {}
+        env: list[str] | None = None
+        if L_PROXY_PORT not in labels:
+            try:
+                env = (self.api.inspect_container(c["Id"]).get("Config") or {}).get("Env")
+            except Exception as e:  # noqa: BLE001 - gone meanwhile: its exit is reported anyway
+                log.debug("inspect %s failed: %s", c["Id"][:12], e)
+        return recovered_proxy_port(labels, env)
 
     def _mounted_libs(self) -> set[Path]:
         out: set[Path] = set()

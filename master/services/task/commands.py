@@ -15,6 +15,7 @@ from typing import Any
 from flask import current_app
 
 from detlab.protocol import StartSpec
+from master.auth import new_token
 from master.context import state_lock
 from master.db import db
 from master.errors import BadRequest, Forbidden
@@ -23,6 +24,7 @@ from master.notify import hub, task_key, task_logs_key
 from master.rm.registry import resource_manager
 from master.services.agent.agent_users import task_user
 from master.services.queue.kicker import request_schedule
+from master.services.task.task_context import Upload, add_with_context
 from master.services.task.tasks import get_task, live_allocation_of
 from master.services.transitions import born, set_task_state
 from master.services.trial.logs import write_task_line
@@ -134,25 +136,27 @@ def parse_command_config(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def create_command(owner_id: int, body: dict[str, Any]) -> tuple[Task, list[str]]:
-    """The new command, and warnings naming the config keys it accepted without acting on."""
+def create_command(
+    owner_id: int, body: dict[str, Any], context: Upload | None = None
+) -> tuple[Task, list[str]]:
+    """The new command (with its `--context` archive, if any), and warnings naming the config
+    keys it accepted without acting on."""
     config = parse_command_config(body)
     res = config["resources"]
+    task = Task(
+        id=str(uuid.uuid4()),
+        type=TaskType.COMMAND,
+        state=TaskState.ACTIVE,
+        owner_id=owner_id,
+        name=config["description"] or f"Command ({' '.join(config['entrypoint'])[:200]})",
+        resource_pool=res["resource_pool"],
+        slots=res["slots"],
+        priority=res["priority"],
+        preemptible=res["preemptible"],
+        spec={"entrypoint": config["entrypoint"], "environment": config["environment"]},
+    )
+    add_with_context(task, context)
     with state_lock():
-        task = Task(
-            id=str(uuid.uuid4()),
-            type=TaskType.COMMAND,
-            state=TaskState.ACTIVE,
-            owner_id=owner_id,
-            name=config["description"] or f"Command ({' '.join(config['entrypoint'])[:200]})",
-            resource_pool=res["resource_pool"],
-            slots=res["slots"],
-            priority=res["priority"],
-            preemptible=res["preemptible"],
-            spec={"entrypoint": config["entrypoint"], "environment": config["environment"]},
-        )
-        db.session.add(task)
-        db.session.flush()
         born("task", task.id, TaskState.ACTIVE, "command submitted")
         db.session.commit()
     request_schedule()
@@ -207,12 +211,22 @@ def command_exited(alloc: Allocation) -> None:
     hub().notify(task_key(task.id), task_logs_key(task.id))
 
 
+def with_context(entrypoint: list[str]) -> list[str]:
+    """The entrypoint run by harness/task_context.py, which unpacks the task's context into its
+    working directory and then execs it (the same process: signals and exit code are its own).
+    In the harness, not the agent: the process, Docker, Slurm and Kubernetes runtimes all run
+    it the same way (`python3` is the agent's interpreter or the image's, as for a notebook)."""
+    return ["python3", "-m", "harness.task_context", "--", *entrypoint]
+
+
 def command_start_spec(alloc: Allocation, agent_id: str, rank: int, slots: list[int]) -> StartSpec:
-    """What an agent starts for a command: its argv and environment, no model definition and no
-    session token (a command has no harness calling the master)."""
+    """What an agent starts for a command (a notebook, a shell): its argv and environment, no
+    model definition. A task with a `--context` gets a session token of its allocation and runs
+    through the launcher that fetches and unpacks it (`with_context`); others get no token."""
     task = alloc.task
     spec = task.spec or {}
     owner = db.session.get(User, task.owner_id) if task.owner_id is not None else None
+    entrypoint = list(spec.get("entrypoint") or [])
     env = {
         "DET_TASK_ID": task.id,
         "DET_TASK_TYPE": task.type.value,
@@ -222,14 +236,20 @@ def command_start_spec(alloc: Allocation, agent_id: str, rank: int, slots: list[
         # A notebook's own token (JUPYTER_TOKEN): what the proxy adds to each request.
         **{str(k): str(v) for k, v in (spec.get("service_env") or {}).items()},
     }
+    if task.context_sha256 is not None:
+        entrypoint = with_context(entrypoint)
+        env["DET_SESSION_TOKEN"] = new_token(allocation_id=alloc.id)  # the caller commits
+        env["DET_TASK_CONTEXT_SHA256"] = task.context_sha256
     return StartSpec(
         allocation_id=alloc.id,
         trial_id=0,
         experiment_id=0,
-        entrypoint=list(spec.get("entrypoint") or []),
+        entrypoint=entrypoint,
         slot_indexes=tuple(slots),
         env=env,
         environment=dict(spec.get("environment") or {}),
+        # A TensorBoard's read-only view of its sources' shared_fs storage (tensorboards.py).
+        bind_mounts=list(spec.get("bind_mounts") or []),
         # Whose code this is: the agent runs it as that user's Unix identity (docs/security.md).
         # A command whose owner was deleted carries none, and agents refuse it.
         user=task_user(owner, current_app.config["DET"].agent_user_group) if owner else None,

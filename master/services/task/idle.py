@@ -1,8 +1,9 @@
 """The idle reaper (an APScheduler job, master/background.py): every `idle_check_interval`
-seconds, each running notebook with an `idle_timeout` is asked what it is doing (Jupyter's API,
-through the same address and token the proxy uses), each shell is judged by its sessions
-through the proxy, and one idle for longer than its timeout is killed like its owner would,
-freeing its slot. The rules are pure (master/proxy/idle.py).
+seconds, each running notebook is asked what it is doing (Jupyter's API, through the same
+address and token the proxy uses), each shell and TensorBoard is judged by what went through the
+proxy, and one idle for longer than its `idle_timeout` is killed like its owner would, freeing
+its slot. One without a timeout is measured all the same: `GET /tasks` shows since when each is
+idle (`ProxyMemory.idle_since`). The rules are pure (master/proxy/idle.py).
 
 Jupyter is asked with `no_track_activity`, so the asking never counts as use. A notebook that
 does not answer is left alone: the reaper never kills what it cannot see.
@@ -11,6 +12,7 @@ does not answer is left alone: the reaper never kills what it cannot see.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from datetime import datetime
 from typing import Any
@@ -66,7 +68,8 @@ Candidate = tuple[str, TaskType, str, str, float, str, float]
 
 def _candidates() -> list[Candidate]:
     """(task id, type, base URL, token, idle timeout, idle type, started) of each running
-    notebook or shell that has a timeout."""
+    notebook, shell or TensorBoard; without an idle timeout its timeout is infinite (it is
+    measured, for the tasks listing's idle time, never reaped)."""
     out: list[Candidate] = []
     tasks = db.session.execute(
         select(Task).where(
@@ -76,9 +79,9 @@ def _candidates() -> list[Candidate]:
     ).scalars()
     for task in tasks:
         spec = task.spec or {}
-        timeout = spec.get("idle_timeout")
+        timeout = spec.get("idle_timeout") or math.inf
         alloc = live_allocation_of(task.id)
-        if not timeout or alloc is None or alloc.state != AllocationState.RUNNING:
+        if alloc is None or alloc.state != AllocationState.RUNNING:
             continue
         for agent_id, container in containers_of(alloc).items():
             agent = db.session.get(Agent, agent_id)
@@ -135,7 +138,9 @@ def reap_idle_tasks() -> None:
             )
         if idle == 0.0:
             memory.last_busy[task_id] = now
+            memory.idle_since.pop(task_id, None)
             continue
+        memory.idle_since[task_id] = now - idle
         if idle >= timeout:
             noun = kind.value.lower()
             log.info("%s %s idle for %.0f s (idle_timeout %g s)", noun, task_id, idle, timeout)
@@ -148,3 +153,5 @@ def reap_idle_tasks() -> None:
             )
     for gone in set(memory.last_busy) - live:
         memory.last_busy.pop(gone, None)
+    for gone in set(memory.idle_since) - live:
+        memory.idle_since.pop(gone, None)

@@ -22,6 +22,7 @@ from master.models import Task
 from master.services.queue.kicker import request_schedule
 from master.services.task.commands import parse_resources_environment
 from master.services.task.task_config import split
+from master.services.task.task_context import Upload, add_with_context
 from master.services.transitions import born
 from master.states import TaskState, TaskType
 
@@ -92,12 +93,24 @@ def jupyter_entrypoint(task_id: str) -> list[str]:
     return ["sh", "-c", f'exec {shlex.join(args)} --ServerApp.port="$DET_TASK_PORT"']
 
 
-def create_notebook(owner_id: int, body: dict[str, Any]) -> tuple[Task, list[str]]:
-    """The new notebook, and warnings naming the config keys it accepted without acting on."""
+def cluster_idle_timeout(own: float | None, key: str) -> float | None:
+    """A task's idle timeout: its config's own, else the cluster's default for its kind
+    (master.yaml's `notebook_timeout` or `tensorboard_timeout`, Determined's keys; None: never
+    reaped). Applied once, when the task is created: a master restarted with another default
+    leaves running tasks as they were started."""
+    if own is not None:
+        return own
+    default = getattr(current_app.config["DET"], key)
+    return float(default) if default is not None else None
+
+
+def create_notebook(
+    owner_id: int, body: dict[str, Any], context: Upload | None = None
+) -> tuple[Task, list[str]]:
+    """The new notebook (with its `--context`, if any), and warnings naming the config keys it
+    accepted without acting on."""
     config = parse_notebook_config(body)
-    if config["idle_timeout"] is None:  # the cluster's default (master.yaml notebook_timeout)
-        default = current_app.config["DET"].notebook_timeout
-        config["idle_timeout"] = float(default) if default is not None else None
+    config["idle_timeout"] = cluster_idle_timeout(config["idle_timeout"], "notebook_timeout")
     task_id = str(uuid.uuid4())
     return create_proxied_task(
         owner_id,
@@ -107,6 +120,7 @@ def create_notebook(owner_id: int, body: dict[str, Any]) -> tuple[Task, list[str
         name=config["description"] or f"JupyterLab ({task_id[:8]})",
         entrypoint=jupyter_entrypoint(task_id),
         token_env="JUPYTER_TOKEN",
+        context=context,
     ), config["warnings"]
 
 
@@ -119,34 +133,34 @@ def create_proxied_task(
     name: str,
     entrypoint: list[str],
     token_env: str,
+    context: Upload | None = None,
 ) -> Task:
     """A task served through the proxy (a notebook, a shell), queued for a slot."""
     res = config["resources"]
     token = secrets.token_urlsafe(32)
+    task = Task(
+        id=task_id,
+        type=kind,
+        state=TaskState.ACTIVE,
+        owner_id=owner_id,
+        name=name,
+        resource_pool=res["resource_pool"],
+        slots=res["slots"],
+        priority=res["priority"],
+        preemptible=res["preemptible"],
+        spec={
+            "entrypoint": entrypoint,
+            "environment": config["environment"],
+            "proxy": True,
+            # The task's own token: the proxy adds it; no API answer ever carries it.
+            "service_token": token,
+            "service_env": {token_env: token},
+            "idle_timeout": config.get("idle_timeout"),
+            "notebook_idle_type": config.get("notebook_idle_type"),
+        },
+    )
+    add_with_context(task, context)
     with state_lock():
-        task = Task(
-            id=task_id,
-            type=kind,
-            state=TaskState.ACTIVE,
-            owner_id=owner_id,
-            name=name,
-            resource_pool=res["resource_pool"],
-            slots=res["slots"],
-            priority=res["priority"],
-            preemptible=res["preemptible"],
-            spec={
-                "entrypoint": entrypoint,
-                "environment": config["environment"],
-                "proxy": True,
-                # The task's own token: the proxy adds it; no API answer ever carries it.
-                "service_token": token,
-                "service_env": {token_env: token},
-                "idle_timeout": config.get("idle_timeout"),
-                "notebook_idle_type": config.get("notebook_idle_type"),
-            },
-        )
-        db.session.add(task)
-        db.session.flush()
         born("task", task.id, TaskState.ACTIVE, f"{kind.value.lower()} started")
         db.session.commit()
     request_schedule()

@@ -13,6 +13,7 @@ from master.models import Task
 from master.services.task.commands import parse_resources_environment
 from master.services.task.notebooks import create_proxied_task, parse_duration
 from master.services.task.task_config import split
+from master.services.task.task_context import Upload
 from master.states import TaskType
 
 SHELL_ENTRYPOINT = ["python3", "-m", "harness.shell.server"]
@@ -38,7 +39,9 @@ def parse_shell_config(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def create_shell(owner_id: int, body: dict[str, Any]) -> tuple[Task, list[str]]:
+def create_shell(
+    owner_id: int, body: dict[str, Any], context: Upload | None = None
+) -> tuple[Task, list[str]]:
     config = parse_shell_config(body)
     task_id = str(uuid.uuid4())
     return create_proxied_task(
@@ -49,4 +52,5 @@ def create_shell(owner_id: int, body: dict[str, Any]) -> tuple[Task, list[str]]:
         name=config["description"] or f"Shell ({task_id[:8]})",
         entrypoint=SHELL_ENTRYPOINT,
         token_env="DET_SERVICE_TOKEN",
+        context=context,
     ), config["warnings"]

@@ -9,6 +9,7 @@ hands the task-type specific meaning to the trial or command code.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -180,7 +181,17 @@ def task_json(
         "allocation": _allocation_json(alloc),
         # Why a queued task waits, as the latest scheduling pass said.
         "waiting_for": master_state().scheduling.waiting_reasons.get(task.id),
+        # A running notebook's, shell's or TensorBoard's idleness, as the latest idle check
+        # (services/task/idle.py) judged it: null while in use, unknown, or for other types.
+        "idle_since": _idle_since(task),
     }
+
+
+def _idle_since(task: Task) -> str | None:
+    if task.state != TaskState.ACTIVE:
+        return None
+    since = master_state().proxy.idle_since.get(task.id)
+    return iso(datetime.fromtimestamp(since, UTC)) if since is not None else None
 
 
 def _owners(tasks: list[Task]) -> dict[int, str]:

@@ -22,7 +22,7 @@ from master.errors import BadRequest, Forbidden, NotFound
 from master.models import Experiment, Task, Trial
 from master.services.queue.kicker import request_schedule
 from master.services.task.commands import parse_resources_environment
-from master.services.task.notebooks import parse_duration
+from master.services.task.notebooks import cluster_idle_timeout, parse_duration
 from master.services.task.task_config import split
 from master.services.transitions import born
 from master.states import TaskState, TaskType
@@ -51,6 +51,21 @@ def group_sources(
         {"experiment_id": e, "trial_ids": sorted(set(ts)), "storage": storages[e]}
         for e, ts in sorted(by_exp.items())
     ]
+
+
+def storage_mounts(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pure: the read-only bind mounts a TensorBoard in a container needs to read its sources'
+    shared_fs storage (each `host_path` at the same path, as trials see it; object storage needs
+    none). A process on an agent's host reads the same paths and ignores them."""
+    storages = [s["storage"] for s in sources]
+    paths = sorted(
+        {
+            str(st["host_path"])
+            for st in storages
+            if st.get("type", "shared_fs") == "shared_fs" and st.get("host_path")
+        }
+    )
+    return [{"host_path": p, "container_path": p, "read_only": True} for p in paths]
 
 
 def may_read_storage(
@@ -135,6 +150,7 @@ def create_tensorboard(
 ) -> tuple[Task, list[str]]:
     """The task, queued, and warnings naming the config keys it does not act on."""
     req = parse_tensorboard_request(body)
+    req["idle_timeout"] = cluster_idle_timeout(req["idle_timeout"], "tensorboard_timeout")
     res = req["resources"]
     task_id = str(uuid.uuid4())
     with state_lock():
@@ -152,8 +168,11 @@ def create_tensorboard(
             priority=res["priority"],
             preemptible=res["preemptible"],
             spec={
-                "entrypoint": ["python", "-m", "harness.tb_serve"],
+                # python3: images have it (Debian's has no `python`); on a process agent it is
+                # the agent's interpreter, as for notebooks.
+                "entrypoint": ["python3", "-m", "harness.tb_serve"],
                 "environment": req["environment"],
+                "bind_mounts": storage_mounts(sources),
                 "proxy": True,
                 "idle_timeout": req["idle_timeout"],  # as a notebook's (master/services/idle)
                 "experiment_ids": req["experiment_ids"],
