@@ -7,6 +7,10 @@ and the RM's name. The task gets the environment the process runtime gives it (o
 agent/runtime/_env.py), with the GPUs Slurm gave this job (CUDA_VISIBLE_DEVICES) as its slots.
 Output goes to the job's output file, which the master ships into the task's logs; the batch
 script records this process's exit code in the job's status file.
+
+A trial spanning several nodes runs one launcher per node (the batch script's `srun`): each is
+one container of the allocation, its rank Slurm's task number (SLURM_PROCID), and the harness's
+launchers meet through the master's rendezvous (master/rm/slurm_gang.py).
 """
 
 from __future__ import annotations
@@ -34,17 +38,32 @@ def slurm_gpus(env: dict[str, str]) -> list[int]:
     return [int(x) for x in raw.split(",") if x.strip().isdigit()]
 
 
-def local_spec(spec: StartSpec, gpus: list[int]) -> tuple[StartSpec, list[dict[str, Any]]]:
-    """The spec with this node's GPUs as its slots (the master booked none: Slurm did)."""
+def container_rank(spec: StartSpec, env: dict[str, str]) -> int:
+    """This node's container rank: Slurm's task number under the gang's `srun` (0 for the
+    batch script itself). A rank the allocation has no container for is refused."""
+    raw = env.get("SLURM_PROCID", "0")
+    count = int(spec.env.get("DET_NUM_CONTAINERS") or 1)
+    if not raw.isdigit() or int(raw) >= count:
+        raise ValueError(f"Slurm task {raw!r} is not one of the allocation's {count} container(s)")
+    return int(raw)
+
+
+def local_spec(
+    spec: StartSpec, gpus: list[int], rank: int = 0
+) -> tuple[StartSpec, list[dict[str, Any]]]:
+    """The spec with this node's GPUs as its slots (the master booked none: Slurm did) and
+    this node's container rank."""
     env = dict(spec.env)
     if gpus:
         env["DET_SLOT_IDS"] = json.dumps(gpus)
+    if "DET_CONTAINER_RANK" in env or rank:
+        env["DET_CONTAINER_RANK"] = str(rank)
     slots = [{"index": i, "type": "gpu"} for i in gpus]
     fields = {**spec.__dict__, "slot_indexes": tuple(gpus), "env": env}
     return StartSpec(**fields), slots
 
 
-def _fetch_model_def(spec: StartSpec, master_url: str, dest: Path) -> Path | None:
+def _fetch_model_def(spec: StartSpec, master_url: str, path: Path) -> Path | None:
     if not spec.model_def_url:
         return None
     from harness.api import Session
@@ -52,7 +71,6 @@ def _fetch_model_def(spec: StartSpec, master_url: str, dest: Path) -> Path | Non
     token = spec.env.get("DET_SESSION_TOKEN")
     session = Session(master_url, token, timeout=120.0)
     body = session.request("GET", spec.model_def_url.removeprefix("/api/v1")).content
-    path = dest / "model_def.tar.gz"
     path.write_bytes(body)
     return path
 
@@ -61,12 +79,23 @@ def main(argv: list[str]) -> int:
     spec_path = Path(argv[1])
     job_dir = spec_path.parent
     doc = json.loads(spec_path.read_text())
-    spec, slots = local_spec(StartSpec.parse(doc["spec"]), slurm_gpus(dict(os.environ)))
-    workdir = job_dir / "work"
+    parsed = StartSpec.parse(doc["spec"])
+    try:
+        rank = container_rank(parsed, dict(os.environ))
+    except ValueError as e:
+        print(f"[slurm] cannot start allocation {parsed.allocation_id}: {e}", flush=True)
+        return 1
+    spec, slots = local_spec(parsed, slurm_gpus(dict(os.environ)), rank)
+    count = int(spec.env.get("DET_NUM_CONTAINERS") or 1)
+    if count > 1:
+        node = os.environ.get("SLURMD_NODENAME", "?")
+        print(f"[slurm] node {node}: container {rank} of {count}", flush=True)
+    # The job directory is on storage every node shares: each node's launcher works apart.
+    workdir = job_dir / ("work" if count == 1 else f"work.{rank}")
     shutil.rmtree(workdir, ignore_errors=True)  # a rerun starts from the model def again
     workdir.mkdir(mode=0o700)
     try:
-        tarball = _fetch_model_def(spec, doc["master_url"], job_dir)
+        tarball = _fetch_model_def(spec, doc["master_url"], job_dir / f"{workdir.name}.tar.gz")
         if tarball is not None:
             extract_model_def(tarball, workdir)
             tarball.unlink()

@@ -28,6 +28,7 @@ from master.context import master_state
 from master.db import db, utcnow
 from master.models import Allocation, Task
 from master.rm import slurm_cli as cli
+from master.rm import slurm_gang as gangs
 from master.rm import slurm_health as health
 from master.rm.base import AllocationStatus, Placements
 from master.rm.slurm_config import SlurmConfig
@@ -65,6 +66,9 @@ def run_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
 class _Health:
     # Pool -> what is wrong with its partition (down or drained nodes), from the last sinfo.
     pool_notes: dict[str, str] = field(default_factory=dict)
+    # Pool -> its partition as the last sinfo showed it (how many nodes, how big): how many
+    # nodes a trial spans is decided from it when the trial is submitted.
+    partitions: dict[str, cli.PartitionRow] = field(default_factory=dict)
     failing: str | None = None  # the Slurm failure logged, until a command works again
     # After an sbatch that failed because Slurm did not answer: submissions wait until
     # `hold_until` (time.monotonic), `backoff_s` doubling while the failures go on.
@@ -132,6 +136,8 @@ class SlurmResourceManager:
         for pool in sorted(pools):
             row = rows.get(pool)
             self._note(pool, health.pool_note(row, pool))
+            if row is not None:
+                self.health.partitions[pool] = row
             if row is None or not row.up:
                 continue
             total = cli.partition_slots(row, self.cfg.slot_type_of(pool))
@@ -159,14 +165,24 @@ class SlurmResourceManager:
         from master.services.task.launch import start_spec
         from master.services.task.tasks import allocation_exited, task_pool
 
-        alloc = new_allocation(task, ((self.agent_id, ()),))
         pool = task_pool(task)
+        slots = _slots_of(task)
+        gang, row = self._gang(task, pool, slots)
+        # One container per node: the rendezvous waits for that many launchers.
+        alloc = new_allocation(
+            task, tuple((gangs.container_key(self.agent_id, r), ()) for r in range(gang.nodes))
+        )
+        why = gangs.never_fits(gang, slots, pool, row.nodes) if row is not None else None
+        if why is not None:
+            write_line(alloc, f"can never fit: {why}")
+            allocation_exited(alloc, None, f"can never fit: {why}", ExitCause.NEVER_FITS)
+            return alloc
         spec = start_spec(alloc, self.agent_id)
         job_dir = self.job_dir(alloc.id)
         u = spec.user
         user = cli.JobUser(u.unix_user, u.uid, u.gid) if u else cli.JobUser()
         try:
-            self._write_job(job_dir, spec.to_json(), user)
+            self._write_job(job_dir, spec.to_json(), user, gang.nodes)
         except OSError as e:
             allocation_exited(alloc, None, f"cannot write the Slurm job's files: {e}")
             return alloc
@@ -174,8 +190,9 @@ class SlurmResourceManager:
             task_id=task.id,
             allocation_id=alloc.id,
             partition=pool,
-            slots=_slots_of(task),
+            slots=slots,
             job_dir=str(job_dir),
+            gang=gang,
         )
         out = run_cli(cli.sbatch_argv(self.cfg, sub, user, as_root=os.geteuid() == 0))
         if out.returncode != 0:
@@ -202,8 +219,26 @@ class SlurmResourceManager:
             awaits_harness=awaits,
             partition=pool,
         )
-        write_line(alloc, f"submitted to Slurm as job {job_id} (partition {pool})")
+        nodes = f", {gang.nodes} nodes of {gang.slots_per_node} slot(s)" if gang.nodes > 1 else ""
+        write_line(alloc, f"submitted to Slurm as job {job_id} (partition {pool}{nodes})")
         return alloc
+
+    def _gang(
+        self, task: Task, pool: str, slots: int
+    ) -> tuple[gangs.Gang, cli.PartitionRow | None]:
+        """How many nodes the task spans. Only a trial spans nodes: its launchers meet through
+        the rendezvous; a command has none, so one too big for a node is Slurm's to refuse."""
+        row = self.health.partitions.get(pool)
+        slot_type = self.cfg.slot_type_of(pool)
+        # More slots than the whole partition has: submitted as one node, Slurm refuses it in
+        # its own words ("Requested node configuration is not available").
+        if (
+            task.type != TaskType.TRIAL
+            or row is None
+            or slots > cli.partition_slots(row, slot_type)
+        ):
+            return gangs.Gang(1, slots), row
+        return gangs.plan_gang(slots, cli.node_slots(row, slot_type)), row
 
     def _unanswered(self, alloc: Allocation, stderr: str) -> None:
         """sbatch failed because Slurm (or munge) did not answer: the trial goes back to the
@@ -220,7 +255,9 @@ class SlurmResourceManager:
         )
         allocation_exited(alloc, None, line, ExitCause.BACKEND_UNAVAILABLE)
 
-    def _write_job(self, job_dir: Path, spec: dict[str, Any], user: cli.JobUser) -> None:
+    def _write_job(
+        self, job_dir: Path, spec: dict[str, Any], user: cli.JobUser, nodes: int
+    ) -> None:
         job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         doc = {"spec": spec, "master_url": self.master_url, "agent_id": self.agent_id}
         # The spec holds the allocation's session token: readable by its owner only.
@@ -228,7 +265,7 @@ class SlurmResourceManager:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f)
         code_root = str(Path(master.__file__).resolve().parent.parent)
-        script = cli.job_script(sys.executable, code_root, str(job_dir), self.cfg.path)
+        script = cli.job_script(sys.executable, code_root, str(job_dir), self.cfg.path, nodes)
         (job_dir / cli.SCRIPT_FILE).write_text(script)
         (job_dir / cli.SCRIPT_FILE).chmod(0o700)
         # The job runs as the linked Unix user: the directory (where Slurm writes its output and

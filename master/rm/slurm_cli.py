@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from detlab.constants import SLURM_NOTICE_FILE
 from master.rm.slurm_config import SlurmConfig
+from master.rm.slurm_gang import Gang, gang_sbatch_args, srun_prefix
 
 COMMENT_PREFIX = "detlab:"
 NAME_PREFIX = "det-"
@@ -105,6 +106,9 @@ class PartitionRow:
     gpus: int
     unusable: int = 0  # nodes down, drained, draining or failing (they take no new job)
     unusable_states: tuple[str, ...] = ()
+    # The largest node's CPUs and GPUs: a trial needing more slots than that spans nodes.
+    node_cpus: int = 0
+    node_gpus: int = 0
 
 
 def gpus_in_gres(gres: str) -> int:
@@ -132,15 +136,19 @@ def parse_sinfo(text: str) -> dict[str, PartitionRow]:
         nodes = int(parts[2])
         state = parts[5] if len(parts) == 6 else ""
         bad = node_state_unusable(state)
-        cpus = nodes * int(re.sub(r"\D.*", "", parts[3]) or 0)
-        gpus = nodes * gpus_in_gres(parts[4])
+        node_cpus = int(re.sub(r"\D.*", "", parts[3]) or 0)
+        node_gpus = gpus_in_gres(parts[4])
+        cpus, gpus = nodes * node_cpus, nodes * node_gpus
         states: tuple[str, ...] = (state,) if bad else ()
         unusable = nodes if bad else 0
         prev = out.get(name)
         if prev is not None:
             nodes, cpus, gpus = prev.nodes + nodes, prev.cpus + cpus, prev.gpus + gpus
             unusable, states = prev.unusable + unusable, prev.unusable_states + states
-        out[name] = PartitionRow(name, parts[1] == "up", nodes, cpus, gpus, unusable, states)
+            node_cpus, node_gpus = max(prev.node_cpus, node_cpus), max(prev.node_gpus, node_gpus)
+        out[name] = PartitionRow(
+            name, parts[1] == "up", nodes, cpus, gpus, unusable, states, node_cpus, node_gpus
+        )
     return out
 
 
@@ -162,6 +170,11 @@ def partition_slots(row: PartitionRow, slot_type: str) -> int:
     return row.cpus if slot_type == "cpu" else row.gpus
 
 
+def node_slots(row: PartitionRow, slot_type: str) -> int:
+    """The most detlab slots one node of the partition has."""
+    return row.node_cpus if slot_type == "cpu" else row.node_gpus
+
+
 @dataclass(frozen=True)
 class Submission:
     task_id: str
@@ -169,6 +182,7 @@ class Submission:
     partition: str
     slots: int
     job_dir: str
+    gang: Gang | None = None  # several nodes (master/rm/slurm_gang.py); None: one node
 
 
 def resource_args(cfg: SlurmConfig, slot_type: str, slots: int) -> list[str]:
@@ -199,6 +213,11 @@ def sbatch_argv(
     job runs as the linked Unix user: through `sudo -u` when the master may, else through
     sbatch's `--uid`/`--gid` when the master is root (Slurm allows them to root only)."""
     user = user or JobUser()
+    slot_type = cfg.slot_type_of(sub.partition)
+    if sub.gang is not None and sub.gang.nodes > 1:
+        shape = gang_sbatch_args(sub.gang, slot_type, cfg.gres_supported)
+    else:
+        shape = ["--nodes=1", "--ntasks=1", *resource_args(cfg, slot_type, sub.slots)]
     by_id = (
         [f"--uid={user.uid}", f"--gid={user.gid if user.gid is not None else user.uid}"]
         if as_root and not cfg.sudo_authorized and user.uid is not None
@@ -210,8 +229,7 @@ def sbatch_argv(
         f"--job-name={NAME_PREFIX}{sub.task_id}",
         f"--comment={COMMENT_PREFIX}{sub.allocation_id}",
         f"--partition={sub.partition}",
-        "--nodes=1",
-        "--ntasks=1",
+        *shape,
         # The job starts from the user's login environment, never the master's (which may
         # hold the database password); the launcher adds the task's own variables.
         "--export=NONE",
@@ -223,7 +241,6 @@ def sbatch_argv(
         f"--output={sub.job_dir}/{OUTPUT_FILE}",
         f"--chdir={sub.job_dir}",
         f"--signal=B:USR1@{SIGNAL_LEAD_S}",
-        *resource_args(cfg, cfg.slot_type_of(sub.partition), sub.slots),
         *by_id,
         f"{sub.job_dir}/{SCRIPT_FILE}",
     ]
@@ -238,18 +255,23 @@ def as_user(cfg: SlurmConfig, unix_user: str | None) -> list[str]:
     return []
 
 
-def job_script(python: str, pythonpath: str, job_dir: str, path_first: str | None) -> str:
-    """The batch script: run the launcher, then write its exit status where the master reads
-    it (so nothing depends on sacct, which needs slurmdbd). Written to a temporary name and
-    renamed, the status file is never seen half-written."""
+def job_script(
+    python: str, pythonpath: str, job_dir: str, path_first: str | None, nodes: int = 1
+) -> str:
+    """The batch script: run the launcher (through `srun`, one per node, for a gang of
+    `nodes`), then write its exit status where the master reads it (so nothing depends on
+    sacct, which needs slurmdbd). Written to a temporary name and renamed, the status file is
+    never seen half-written."""
     q = shlex.quote
+    srun = "".join(f"{q(a)} " for a in srun_prefix(nodes))
     path = ":".join(p for p in (path_first, "/usr/local/bin:/usr/bin:/bin") if p)
     return f"""#!/bin/bash
 # detlab: one allocation as a Slurm job (written by the master; see docs/slurm.md)
 export PATH={q(path)}
 export PYTHONPATH={q(pythonpath)}
-# USR1 (Slurm's preemption notice) and TERM go to the launcher, which acts on them.
-{q(python)} -m agent.slurm_job {q(job_dir + "/" + SPEC_FILE)} &
+# USR1 (Slurm's preemption notice) and TERM go to the launcher, which acts on them (srun
+# passes them on to the launcher of every node).
+{srun}{q(python)} -m agent.slurm_job {q(job_dir + "/" + SPEC_FILE)} &
 child=$!
 trap 'kill -USR1 $child 2>/dev/null' USR1
 trap 'kill -TERM $child 2>/dev/null' TERM
