@@ -184,7 +184,7 @@ def parse_environment(raw: Any, slots_per_trial: int) -> dict[str, Any]:
     )
     fields = mapping(raw if raw is not None else {}, path, keys)
     return {
-        "image": _image(fields.get("image"), slots_per_trial),
+        "image": parse_image(fields.get("image"), slots_per_trial),
         "environment_variables": _env_vars(fields.get("environment_variables")),
         "force_pull_image": get_bool(fields, "force_pull_image", path, False),
         "ports": get_json(fields, "ports", path, {}, kind=dict),
@@ -195,7 +195,7 @@ def parse_environment(raw: Any, slots_per_trial: int) -> dict[str, Any]:
     }
 
 
-def _image(value: Any, slots_per_trial: int) -> str | None:
+def parse_image(value: Any, slots_per_trial: int) -> str | None:
     """A string, or Determined's per-device mapping resolved to the one image we run."""
     path = "environment.image"
     if value is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from harness.cli._common import Cli, CliError, Column, add_json_flag, print_json, print_table, when
 from harness.cli._modeldef import add_context_args, pack_context
+from harness.cli._overrides import OverrideError, apply_overrides
 
 
 def _agents(t: dict[str, Any]) -> str:
@@ -55,18 +56,34 @@ def run_command(cli: Cli, args: argparse.Namespace) -> int:
         args.entrypoint = args.entrypoint[1:]
     if not args.entrypoint:
         raise CliError("give the command to run: det cmd run [OPTIONS] -- COMMAND [ARG...]")
-    resources: dict[str, Any] = {"slots": args.slots}
-    if args.priority is not None:
-        resources["priority"] = args.priority
-    if args.resource_pool:
-        resources["resource_pool"] = args.resource_pool
-    if args.preemptible:
-        resources["preemptible"] = True
-    config: dict[str, Any] = {"entrypoint": args.entrypoint, "resources": resources}
-    if args.description:
-        config["description"] = args.description
+    from harness.cli._tasks import task_config  # _tasks imports this module
+
+    config = task_config(args, "command")  # --config-file, --description
+    try:
+        config = apply_overrides(config, args.config or [])
+    except OverrideError as e:
+        raise CliError(str(e)) from e
+    # The flags go on top of the file and the overrides, as Determined's did.
+    resources = config.get("resources")
+    if not isinstance(resources, dict):
+        resources = config["resources"] = {} if resources is None else resources
+    for key, value in (
+        ("slots", args.slots),
+        ("priority", args.priority),
+        ("resource_pool", args.resource_pool),
+        ("preemptible", True if args.preemptible else None),
+    ):
+        if value is not None and isinstance(resources, dict):
+            resources[key] = value
+    config["entrypoint"] = args.entrypoint
     if args.env:
-        config["environment"] = {"environment_variables": args.env}
+        environment = config.setdefault("environment", {})
+        if isinstance(environment, dict):
+            env = environment.get("environment_variables") or []
+            if isinstance(env, list):
+                environment["environment_variables"] = [*env, *args.env]
+            else:  # Determined's per-device form: the master names a bad one
+                raise CliError("--env cannot be added to a per-device environment_variables")
     client = cli.client()
     cmd = client.run_command(config, pack_context(args))
     if args.json:
@@ -136,7 +153,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     x = s.add_parser("run", help="run a command (its logs follow unless --detach)")
     x.add_argument("entrypoint", nargs=argparse.REMAINDER, metavar="COMMAND")
-    x.add_argument("--slots", type=int, default=1, help="slots it needs, all at once (default 1)")
+    x.add_argument("--config-file", help="Determined's command config (YAML)")
+    x.add_argument(
+        "--config",
+        action="append",
+        metavar="KEY.PATH=VALUE",
+        help="override a config key, e.g. --config resources.slots=2 (repeatable)",
+    )
+    x.add_argument("--slots", type=int, help="slots it needs, all at once (default 1)")
     x.add_argument("--priority", type=int, help="1 (first) to 99")
     x.add_argument("--resource-pool", help="the pool to run in")
     x.add_argument("--preemptible", action="store_true", help="may be stopped and re-run")

@@ -19,12 +19,9 @@ def test_determineds_full_notebook_config_validates(client: FlaskClient) -> None
     r = client.post("/api/v1/notebooks", json={"config": config}, headers=login(client))
     assert r.status_code == 201, r.json
     warned = {w.split(":")[0] for w in r.json["warnings"]}
-    assert warned == {
-        "entrypoint",
-        "bind_mounts",
-        "work_dir",
-        "environment.image",
-    }  # set keys it does not act on, each named once; null/empty ones are not noise
+    # set keys it does not act on, each named once; null/empty ones are not noise (its image
+    # and bind mounts are acted on: a Docker agent's container gets them)
+    assert warned == {"entrypoint", "work_dir"}
     assert r.json["notebook"]["slots"] == 64
 
 
@@ -53,3 +50,41 @@ def test_what_no_determined_config_has_is_refused(client: FlaskClient) -> None:
         r = client.post("/api/v1/notebooks", json={"config": config}, headers=auth)
         assert r.status_code == 400, (config, r.json)
         assert r.json["error"]["path"].startswith(path), (config, r.json)
+
+
+def test_a_tasks_image_and_bind_mounts_are_checked_and_kept(client: FlaskClient) -> None:
+    auth = login(client)
+    for config, path in (
+        ({"environment": {"image": 5}}, "config.environment.image"),
+        ({"environment": {"image": {"tpu": "x"}}}, "config.environment.image"),
+        ({"environment": {"image": {"cpu": ""}}}, "config.environment.image"),
+        ({"environment": {"force_pull_image": "yes"}}, "config.environment.force_pull_image"),
+        ({"environment": {"registry_auth": "secret"}}, "config.environment.registry_auth"),
+        ({"bind_mounts": [{"host_path": "/data"}]}, "config.bind_mounts[0]"),
+    ):
+        for route in ("/api/v1/commands", "/api/v1/notebooks", "/api/v1/shells"):
+            body = {**config, "entrypoint": ["true"]} if route.endswith("commands") else config
+            r = client.post(route, json={"config": body}, headers=auth)
+            assert r.status_code == 400, (route, config, r.json)
+            assert r.json["error"]["path"].startswith(path), (route, config, r.json)
+    image = {"cpu": "lab/cpu:1", "cuda": "lab/cuda:1"}
+    mount = {"host_path": "/data", "container_path": "/mnt/data", "read_only": True}
+    config = {
+        "entrypoint": ["true"],
+        "resources": {"slots": 64},  # stays queued: no agent here
+        "environment": {"image": image, "force_pull_image": True},
+        "bind_mounts": [mount],
+    }
+    r = client.post("/api/v1/commands", json={"config": config}, headers=auth)
+    assert r.status_code == 201, r.json
+    assert r.json["warnings"] == []
+    from master.db import db
+    from master.models import Task
+
+    with client.application.app_context():
+        task = db.session.get(Task, r.json["command"]["id"])
+        assert task is not None and task.spec is not None
+        # kept whole: the agent picks by the slot it gives (a CPU agent's is not a GPU's)
+        assert task.spec["environment"]["image"] == image
+        assert task.spec["environment"]["force_pull_image"] is True
+        assert task.spec["bind_mounts"] == [{**mount, "propagation": "rprivate"}]

@@ -14,6 +14,9 @@ from typing import Any
 
 from flask import current_app
 
+from detlab.expconf import ConfigError
+from detlab.expconf._check import get_bool, get_json
+from detlab.expconf._sections import parse_bind_mounts, parse_image
 from detlab.protocol import StartSpec
 from master.auth import new_token
 from master.context import state_lock
@@ -89,12 +92,17 @@ def _resources(raw: Any) -> dict[str, Any]:
     }
 
 
-def _environment(raw: Any) -> dict[str, Any]:
-    """Only `environment_variables` (a list of "NAME=value", or {cpu: [...], cuda: [...]})."""
+_ENVIRONMENT_KEYS = {"environment_variables", "image", "force_pull_image", "registry_auth"}
+
+
+def _environment(raw: Any, slots: int) -> dict[str, Any]:
+    """`environment_variables` (a list of "NAME=value", or {cpu: [...], cuda: [...]}) and the
+    container's image keys, checked as an experiment's are (detlab/expconf)."""
     raw = {} if raw is None else raw
-    if not isinstance(raw, dict) or set(raw) - {"environment_variables"}:
+    if not isinstance(raw, dict) or set(raw) - _ENVIRONMENT_KEYS:
         raise BadRequest(
-            "environment may hold environment_variables only", path="config.environment"
+            "environment may hold " + ", ".join(sorted(_ENVIRONMENT_KEYS)) + " only",
+            path="config.environment",
         )
     env = raw.get("environment_variables", [])
     lists = env.values() if isinstance(env, dict) else [env]
@@ -106,12 +114,37 @@ def _environment(raw: Any) -> dict[str, Any]:
                 'environment_variables must be a list of "NAME=value" strings',
                 path="config.environment.environment_variables",
             )
-    return {"environment_variables": env} if env else {}
+    out: dict[str, Any] = {"environment_variables": env} if env else {}
+    try:
+        image = raw.get("image")
+        if image is not None:
+            parse_image(image, slots)  # names a bad key or value
+            if isinstance(image, dict):  # each device's image checked; kept whole: the agent
+                # picks by the slots it gives (a CPU agent's slot is not a GPU's)
+                image = {k: parse_image(v, slots) for k, v in image.items() if v is not None}
+            out["image"] = image
+        if get_bool(raw, "force_pull_image", "environment", False):
+            out["force_pull_image"] = True
+        auth = get_json(raw, "registry_auth", "environment", None, kind=dict)
+        if auth:
+            out["registry_auth"] = auth
+    except ConfigError as e:
+        raise BadRequest(str(e), path=f"config.{e.path}") from None
+    return out
+
+
+def parse_task_bind_mounts(raw: Any) -> list[dict[str, Any]]:
+    """A task's `bind_mounts`, as a trial's (its container gets them on a Docker agent)."""
+    try:
+        return parse_bind_mounts(raw)
+    except ConfigError as e:
+        raise BadRequest(str(e), path=f"config.{e.path}") from None
 
 
 def parse_resources_environment(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A task config's `resources` and `environment` (commands, notebooks, shells)."""
-    return _resources(config.get("resources")), _environment(config.get("environment"))
+    resources = _resources(config.get("resources"))
+    return resources, _environment(config.get("environment"), resources["slots"])
 
 
 def parse_command_config(body: dict[str, Any]) -> dict[str, Any]:
@@ -127,10 +160,12 @@ def parse_command_config(body: dict[str, Any]) -> dict[str, Any]:
         raise BadRequest(
             "description must be text of at most 256 characters", path="config.description"
         )
+    resources, environment = parse_resources_environment(config)
     return {
         "entrypoint": _entrypoint(config.get("entrypoint")),
-        "resources": _resources(config.get("resources")),
-        "environment": _environment(config.get("environment")),
+        "resources": resources,
+        "environment": environment,
+        "bind_mounts": parse_task_bind_mounts(config.get("bind_mounts")),
         "description": description,
         "warnings": warnings,
     }
@@ -153,7 +188,11 @@ def create_command(
         slots=res["slots"],
         priority=res["priority"],
         preemptible=res["preemptible"],
-        spec={"entrypoint": config["entrypoint"], "environment": config["environment"]},
+        spec={
+            "entrypoint": config["entrypoint"],
+            "environment": config["environment"],
+            "bind_mounts": config["bind_mounts"],
+        },
     )
     add_with_context(task, context)
     with state_lock():

@@ -20,7 +20,7 @@ from master.db import db
 from master.errors import BadRequest
 from master.models import Task
 from master.services.queue.kicker import request_schedule
-from master.services.task.commands import parse_resources_environment
+from master.services.task.commands import parse_resources_environment, parse_task_bind_mounts
 from master.services.task.task_config import split
 from master.services.task.task_context import Upload, add_with_context
 from master.services.transitions import born
@@ -71,6 +71,7 @@ def parse_notebook_config(body: dict[str, Any]) -> dict[str, Any]:
         "description": description,
         "resources": resources,
         "environment": environment,
+        "bind_mounts": parse_task_bind_mounts(config.get("bind_mounts")),
         "idle_timeout": parse_duration(config.get("idle_timeout"), "config.idle_timeout"),
         "notebook_idle_type": idle_type,
         "warnings": warnings,
@@ -151,6 +152,7 @@ def create_proxied_task(
         spec={
             "entrypoint": entrypoint,
             "environment": config["environment"],
+            "bind_mounts": config.get("bind_mounts", []),
             "proxy": True,
             # The task's own token: the proxy adds it; no API answer ever carries it.
             "service_token": token,

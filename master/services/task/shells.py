@@ -10,7 +10,7 @@ from typing import Any
 
 from master.errors import BadRequest
 from master.models import Task
-from master.services.task.commands import parse_resources_environment
+from master.services.task.commands import parse_resources_environment, parse_task_bind_mounts
 from master.services.task.notebooks import create_proxied_task, parse_duration
 from master.services.task.task_config import split
 from master.services.task.task_context import Upload
@@ -34,6 +34,7 @@ def parse_shell_config(body: dict[str, Any]) -> dict[str, Any]:
         "description": description,
         "resources": resources,
         "environment": environment,
+        "bind_mounts": parse_task_bind_mounts(config.get("bind_mounts")),
         "idle_timeout": parse_duration(config.get("idle_timeout"), "config.idle_timeout"),
         "warnings": warnings,
     }

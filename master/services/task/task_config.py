@@ -16,36 +16,33 @@ from detlab.expconf._sections import parse_bind_mounts
 from master.errors import BadRequest
 from master.states import TaskType
 
-_PROCESS = "notebooks and shells run as local processes on process-runtime agents"
 UNHONOURED: dict[str, str] = {
-    "bind_mounts": f"bind mounts are for containers: {_PROCESS} and see host paths directly",
+    "bind_mounts": "a TensorBoard mounts its sources' checkpoint storage itself",
     "work_dir": "the task starts in its own work directory on the agent",
     "debug": "Determined's debug mode is not provided",
-    "pbs": "detlab schedules on its own agents, not PBS",
-    "slurm": "detlab schedules on its own agents, not Slurm",
+    "pbs": "detlab does not submit to PBS",
+    "slurm": "a task's own Slurm options are not applied (the Slurm resource manager's are)",
     "tensorboard_args": "TensorBoard runs with detlab's arguments (docs/tensorboard.md)",
-    "environment.image": f"images are for containers: {_PROCESS}",
-    "environment.force_pull_image": f"images are for containers: {_PROCESS}",
-    "environment.registry_auth": f"images are for containers: {_PROCESS}",
-    "environment.pod_spec": "detlab has no Kubernetes resource manager",
+    "environment.pod_spec": "a task's pod_spec is not applied (a trial's is, on Kubernetes)",
     "environment.ports": "proxies to other ports are not provided yet",
     "environment.proxy_ports": "proxies to other ports are not provided yet",
-    "environment.add_capabilities": f"capabilities are for containers: {_PROCESS}",
-    "environment.drop_capabilities": f"capabilities are for containers: {_PROCESS}",
+    "environment.add_capabilities": "a task's container keeps Docker's default capabilities",
+    "environment.drop_capabilities": "a task's container keeps Docker's default capabilities",
     "resources.weight": "fair-share weights are per resource pool here",
     "resources.max_slots": "a task's slots are fixed",
-    "resources.shm_size": f"shared memory size is for containers: {_PROCESS}",
+    "resources.shm_size": "a task's container gets Docker's default shared memory size",
     "resources.devices": "devices are not passed to containers",
     "resources.is_single_node": "a task's slots are on one agent when they fit",
     "resources.native_parallel": "native parallelism was removed from Determined",
 }
 # Per task type: keys acted on, and keys accepted with a warning of their own.
 _HONOURED: dict[TaskType, set[str]] = {
-    TaskType.COMMAND: {"description", "entrypoint", "resources", "environment"},
+    TaskType.COMMAND: {"description", "entrypoint", "resources", "environment", "bind_mounts"},
     TaskType.NOTEBOOK: {
-        "description", "resources", "environment", "idle_timeout", "notebook_idle_type"
+        "description", "resources", "environment", "bind_mounts", "idle_timeout",
+        "notebook_idle_type",
     },
-    TaskType.SHELL: {"description", "resources", "environment", "idle_timeout"},
+    TaskType.SHELL: {"description", "resources", "environment", "bind_mounts", "idle_timeout"},
     TaskType.TENSORBOARD: {"description", "resources", "environment", "idle_timeout"},
 }  # fmt: skip
 _OWN_WARNINGS: dict[TaskType, dict[str, str]] = {
@@ -64,7 +61,9 @@ _OWN_WARNINGS: dict[TaskType, dict[str, str]] = {
     },
 }
 _RESOURCES = {"slots", "priority", "resource_pool", "preemptible"}
-_ENVIRONMENT = {"environment_variables"}
+# In a container (Docker agents, Kubernetes) as for a trial; a process-runtime agent runs the
+# task with its own interpreter, as it does a trial, whatever the image.
+_ENVIRONMENT = {"environment_variables", "image", "force_pull_image", "registry_auth"}
 
 
 # Determined's defaults: a full config dump carries them, and they ask for nothing.
