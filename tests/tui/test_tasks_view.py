@@ -6,7 +6,7 @@ from __future__ import annotations
 from tui.fake import NOW, FakeClient, iso
 from tui.screens.common import Confirm
 from tui.screens.logs import LogsScreen
-from tui.screens.tasks import TasksScreen, killable, task_rows
+from tui.screens.tasks import TasksScreen, browser_url, killable, openable, task_rows
 from tui.widgets.table import ResourceTable
 
 from .helpers import fake_app, settle, sync, wait_until
@@ -200,3 +200,36 @@ async def test_kill_stops_ones_notebook_shell_or_tensorboard_through_its_own_rou
             assert any(f"killed {noun} {task['id'][:8]}" in t for t, _ in app.toast_log)
             await pilot.press("j")
         assert not [c for c in api.calls if c[0] == "kill_command"]
+
+
+@sync
+async def test_o_opens_ones_running_notebook_in_the_browser_and_not_anothers_shell() -> None:
+    api = FakeClient()
+    notebook = next(t for t in api.tasks if t["type"] == "NOTEBOOK")  # alice's, running
+    shell = next(t for t in api.tasks if t["type"] == "SHELL")  # bob's, running
+    assert openable(notebook, ALICE) and not openable(shell, ALICE)
+    assert openable(shell, {"username": "carol", "admin": True})
+    assert browser_url("http://m:8080/", notebook) == f"http://m:8080/proxy/{notebook['id']}/lab"
+    app = fake_app(("tasks", None), api=api)
+    opened: list[str] = []
+    app.open_url = lambda url, **_: opened.append(url)  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, lambda: app.ctx.user is not None, what="who we are")
+        table = app.screen.query_one("#tasks", ResourceTable)
+        await wait_until(pilot, lambda: len(table.view) > 0, what="the rows")
+        keys = [r.key for r in table.view]
+        for _ in range(keys.index(notebook["id"])):
+            await pilot.press("j")
+        await pilot.press("o")
+        want = f"{api.master}/proxy/{notebook['id']}/lab"
+        await wait_until(pilot, lambda: opened == [want], what="the browser opened")
+        assert any(want in t for t, _ in app.toast_log)
+        # bob's shell: not alice's to open (the key does nothing, nothing runs)
+        for _ in range(keys.index(shell["id"]) - keys.index(notebook["id"])):
+            await pilot.press("j")
+        assert table.current is not None and table.current.key == shell["id"]
+        await pilot.press("o")
+        await pilot.pause()
+        assert opened == [want]
+        assert not any("shell" in t for t, _ in app.toast_log)

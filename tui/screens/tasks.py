@@ -1,11 +1,15 @@
 """`:tasks`: every task the cluster runs (trials, commands, notebooks, shells, TensorBoards),
 newest first, with type, owner, state, age and idle time (a running notebook's, shell's or
-TensorBoard's, as the master's idle check last judged it); Enter or `l` opens its log, `x`
-kills a command, notebook, shell or TensorBoard after asking (its owner or an admin; a trial is
-stopped through its experiment)."""
+TensorBoard's, as the master's idle check last judged it); Enter or `l` opens its log, `o` opens
+a running notebook or TensorBoard in the browser (through the master's proxy, as `det notebook
+open` does) or a running shell in this terminal (det-tui steps aside for `det shell open` and
+comes back when the shell ends), `x` kills a command, notebook, shell or TensorBoard after
+asking (its owner or an admin; a trial is stopped through its experiment)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -90,6 +94,29 @@ _KILL_EFFECT = {
 }
 
 
+# What `o` opens in the browser, and at which page of its proxy prefix (the CLI's `det notebook
+# open` and `det tensorboard open` say the same: harness/cli/notebook.py, tensorboard.py).
+BROWSER_PAGES = {"NOTEBOOK": ("JupyterLab", "lab"), "TENSORBOARD": ("TensorBoard", "")}
+
+
+def openable(task: JSON, user: JSON | None) -> bool:
+    """A running notebook, TensorBoard or shell of the user's own (or any, for an admin): the
+    proxy lets no one else through."""
+    return (
+        (task.get("type") in BROWSER_PAGES or task.get("type") == "SHELL")
+        and task.get("state") == "ACTIVE"
+        and (task.get("allocation") or {}).get("state") == "RUNNING"
+        and job_action_allowed(task.get("owner"), user)
+    )
+
+
+def browser_url(master: str, task: JSON) -> str:
+    """The link on the master's own address: a browser signs in there (if it has not) and is
+    sent on to the proxy's port (master/web/views_proxy.py)."""
+    _, page = BROWSER_PAGES[str(task["type"])]
+    return f"{master.rstrip('/')}/proxy/{task['id']}/{page}"
+
+
 def killable(task: JSON, user: JSON | None) -> bool:
     """Only a live command, notebook, shell or TensorBoard, and only by its owner or an admin
     (the master decides in the end)."""
@@ -106,6 +133,7 @@ class TasksScreen(ViewScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", show=False),
         Binding("l", "logs", "Logs"),
+        Binding("o", "open_task", "Open"),
         Binding("x,ctrl+k", "kill", "Kill"),
         Binding("A", "toggle_all", "All/active"),
     ]
@@ -145,10 +173,12 @@ class TasksScreen(ViewScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not super().check_action(action, parameters):
             return False
-        if action in ("logs", "kill"):
+        if action in ("logs", "kill", "open_task"):
             task = self._current()
             if task is None:
                 return False
+            if action == "open_task":
+                return openable(task, self.ctx.user)
             return action == "logs" or killable(task, self.ctx.user)
         return True
 
@@ -171,6 +201,31 @@ class TasksScreen(ViewScreen):
             self.open_view("logs", int(task["trial_id"]))
         else:
             self.open_view("task-logs", str(task["id"]))
+
+    def action_open_task(self) -> None:
+        task = self._current()
+        if task is None or not openable(task, self.ctx.user):
+            return
+        if task.get("type") == "SHELL":
+            self._open_shell(str(task["id"]))
+            return
+        app, _ = BROWSER_PAGES[str(task["type"])]
+        url = browser_url(self.ctx.master_url, task)
+        self.app.open_url(url)
+        self.toast(f"{app}: {url}")  # also for a terminal with no browser to open
+
+    def _open_shell(self, task_id: str) -> None:
+        """`det shell open ID` in this terminal: det-tui steps aside until the shell ends."""
+        argv = [sys.executable, "-m", "harness.cli.main", "-m", self.ctx.master_url]
+        argv += ["shell", "open", task_id]
+        try:
+            with self.app.suspend():
+                code = subprocess.call(argv)
+        except Exception as e:  # noqa: BLE001 - Textual's SuspendNotSupported, an OSError
+            self.toast(f"cannot open the shell here ({e}): det shell open {task_id}", error=True)
+            return
+        self.toast(f"shell {task_id[:8]} closed (exit {code})")
+        self.refresh_data(now=True)
 
     def action_kill(self) -> None:
         task = self._current()
