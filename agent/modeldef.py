@@ -120,6 +120,27 @@ def extract_model_def(tar_path: Path, dest: Path) -> None:
     """Extract a model-definition .tar.gz into `dest`, refusing anything that escapes it."""
     try:
         with tarfile.open(tar_path, "r:*") as tar:
-            tar.extractall(dest, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:
+                extract_checked(tar, dest)
     except (tarfile.TarError, OSError, EOFError) as e:
         raise ModelDefError(f"cannot extract the model definition: {e}") from e
+
+
+def extract_checked(tar: tarfile.TarFile, dest: Path) -> None:
+    """For a Python without tarfile's "data" filter (before 3.11.4, 3.10.12): the launcher of
+    a Slurm job in a container runs on the image's Python (Debian 12's 3.11.2, for one).
+    Stricter than the filter: only plain files and directories, every one inside `dest`,
+    without special mode bits, owned by whoever extracts."""
+    root = os.path.realpath(dest)
+    members = tar.getmembers()
+    for m in members:
+        if not (m.isfile() or m.isdir()):
+            raise ModelDefError(f"the model definition holds {m.name!r}, not a file or directory")
+        target = os.path.realpath(os.path.join(root, m.name))
+        if os.path.isabs(m.name) or os.path.commonpath([root, target]) != root:
+            raise ModelDefError(f"the model definition's {m.name!r} would land outside it")
+        m.mode &= 0o755
+        m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""
+    tar.extractall(dest, members=members)  # noqa: S202 (every member checked above)

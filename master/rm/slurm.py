@@ -23,6 +23,7 @@ from flask import current_app
 from sqlalchemy import select
 
 import master
+from agent.runtime import _inject
 from detlab.protocol import ExitCause
 from master.context import master_state
 from master.db import db, utcnow
@@ -30,6 +31,7 @@ from master.models import Allocation, Task
 from master.rm import slurm_cli as cli
 from master.rm import slurm_gang as gangs
 from master.rm import slurm_health as health
+from master.rm import slurm_podman as podman
 from master.rm.base import AllocationStatus, Placements
 from master.rm.slurm_config import SlurmConfig
 from master.scheduler import AgentView
@@ -46,6 +48,8 @@ log = logging.getLogger("detlab.slurm")
 
 CLI_TIMEOUT_S = 30.0
 LOG_CHUNK_BYTES = 1 << 20  # at most this much of one job's output per tick
+# What a container's Python may lack: detlab's own packages come with its code root.
+INJECTED = tuple(p for p in _inject.PACKAGES if p not in ("harness", "detlab"))
 
 
 def run_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
@@ -182,7 +186,8 @@ class SlurmResourceManager:
         u = spec.user
         user = cli.JobUser(u.unix_user, u.uid, u.gid) if u else cli.JobUser()
         try:
-            self._write_job(job_dir, spec.to_json(), user, gang.nodes)
+            gpu = self.cfg.slot_type_of(pool) != "cpu" and slots > 0
+            self._write_job(job_dir, spec.to_json(), user, gang.nodes, gpu)
         except OSError as e:
             allocation_exited(alloc, None, f"cannot write the Slurm job's files: {e}")
             return alloc
@@ -256,7 +261,7 @@ class SlurmResourceManager:
         allocation_exited(alloc, None, line, ExitCause.BACKEND_UNAVAILABLE)
 
     def _write_job(
-        self, job_dir: Path, spec: dict[str, Any], user: cli.JobUser, nodes: int
+        self, job_dir: Path, spec: dict[str, Any], user: cli.JobUser, nodes: int, gpu: bool
     ) -> None:
         job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         doc = {"spec": spec, "master_url": self.master_url, "agent_id": self.agent_id}
@@ -265,7 +270,15 @@ class SlurmResourceManager:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f)
         code_root = str(Path(master.__file__).resolve().parent.parent)
-        script = cli.job_script(sys.executable, code_root, str(job_dir), self.cfg.path, nodes)
+        python, container, preamble = sys.executable, "", ""
+        if self.cfg.container_run_type == "podman":
+            # The injected dependencies live on the shared storage every node mounts.
+            lib = str(_inject.build_lib(Path(self.cfg.job_storage_root) / ".inject", INJECTED))
+            container = podman.podman_prefix(spec, str(job_dir), code_root, lib, gpu)
+            python, preamble = "python3", podman.preamble(spec)
+        script = cli.job_script(
+            python, code_root, str(job_dir), self.cfg.path, nodes, container, preamble
+        )
         (job_dir / cli.SCRIPT_FILE).write_text(script)
         (job_dir / cli.SCRIPT_FILE).chmod(0o700)
         # The job runs as the linked Unix user: the directory (where Slurm writes its output and

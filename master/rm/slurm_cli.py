@@ -256,12 +256,19 @@ def as_user(cfg: SlurmConfig, unix_user: str | None) -> list[str]:
 
 
 def job_script(
-    python: str, pythonpath: str, job_dir: str, path_first: str | None, nodes: int = 1
+    python: str,
+    pythonpath: str,
+    job_dir: str,
+    path_first: str | None,
+    nodes: int = 1,
+    container: str = "",
+    preamble: str = "",
 ) -> str:
     """The batch script: run the launcher (through `srun`, one per node, for a gang of
     `nodes`), then write its exit status where the master reads it (so nothing depends on
     sacct, which needs slurmdbd). Written to a temporary name and renamed, the status file is
-    never seen half-written."""
+    never seen half-written. `container` (shell text, master/rm/slurm_podman.py) runs the
+    launcher in a container, `python` then being the image's; `preamble` defines what it uses."""
     q = shlex.quote
     srun = "".join(f"{q(a)} " for a in srun_prefix(nodes))
     path = ":".join(p for p in (path_first, "/usr/local/bin:/usr/bin:/bin") if p)
@@ -269,9 +276,9 @@ def job_script(
 # detlab: one allocation as a Slurm job (written by the master; see docs/slurm.md)
 export PATH={q(path)}
 export PYTHONPATH={q(pythonpath)}
-# USR1 (Slurm's preemption notice) and TERM go to the launcher, which acts on them (srun
+{preamble}# USR1 (Slurm's preemption notice) and TERM go to the launcher, which acts on them (srun
 # passes them on to the launcher of every node).
-{srun}{q(python)} -m agent.slurm_job {q(job_dir + "/" + SPEC_FILE)} &
+{srun}{container}{q(python)} -m agent.slurm_job {q(job_dir + "/" + SPEC_FILE)} &
 child=$!
 trap 'kill -USR1 $child 2>/dev/null' USR1
 trap 'kill -TERM $child 2>/dev/null' TERM

@@ -12,6 +12,7 @@ from typing import Any
 
 SLOT_TYPES = ("cuda", "cpu", "rocm")
 CONTAINER_RUN_TYPES = ("singularity", "apptainer", "podman", "enroot")
+SUPPORTED_RUN_TYPES = ("podman",)
 # Keys of Determined's launcher that detlab has no use for (it runs the Slurm CLI directly).
 LAUNCHER_KEYS = frozenset(
     {
@@ -71,7 +72,8 @@ class SlurmConfig:
     # Submit as this Unix user (with `sudo -u` when sudo_authorized); None: the master's own.
     user_name: str | None = None
     sudo_authorized: bool = False
-    # Only the process runtime runs so far; a container runtime is refused at config time.
+    # None: the launcher runs as a process on the node; "podman": in a container of the
+    # experiment's image (master/rm/slurm_podman.py). The other run types are refused.
     container_run_type: str | None = None
     # PATH entries put first in the job (where a venv on shared storage keeps python3).
     path: str | None = None
@@ -141,10 +143,12 @@ def parse_slurm(raw: dict[str, Any], path: str) -> SlurmConfig:
                 f"{path}.container_run_type must be one of {', '.join(CONTAINER_RUN_TYPES)}, "
                 f"got {run_type!r}"
             )
-        raise SlurmConfigError(
-            f"{path}.container_run_type: containers on Slurm are not supported yet; leave it out "
-            "to run trials as processes in the environment on the nodes' shared storage"
-        )
+        if run_type not in SUPPORTED_RUN_TYPES:
+            raise SlurmConfigError(
+                f"{path}.container_run_type: {run_type} on Slurm is not supported yet (only "
+                f"{', '.join(SUPPORTED_RUN_TYPES)}); leave it out to run trials as processes in "
+                "the environment on the nodes' shared storage"
+            )
     gres = _bool(raw, "gres_supported", path, True)
     tres = _bool(raw, "tres_supported", path, True)
     if not gres and not tres:
@@ -164,6 +168,7 @@ def parse_slurm(raw: dict[str, Any], path: str) -> SlurmConfig:
         ),
         user_name=user,
         sudo_authorized=sudo,
+        container_run_type=run_type,
         path=_opt_str(raw, "path", path),
         master_host=_opt_str(raw, "master_host", path),
         master_port=_port(raw.get("master_port"), f"{path}.master_port"),

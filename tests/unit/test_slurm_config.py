@@ -75,7 +75,7 @@ additional_resource_managers:
             "no way to give a job GPUs",
         ),
         ("{type: slurm, job_storage_root: /j, container_run_type: docker}", "container_run_type"),
-        ("{type: slurm, job_storage_root: /j, container_run_type: podman}", "not supported yet"),
+        ("{type: slurm, job_storage_root: /j, container_run_type: enroot}", "not supported yet"),
         (
             "{type: slurm, job_storage_root: /j, partition_overrides: {a: {slot_type: x}}}",
             "partition_overrides.a.slot_type",
