@@ -74,6 +74,10 @@ def podman_prefix(spec: dict[str, Any], job_dir: str, code_root: str, lib: str, 
         "--env=CUDA_VISIBLE_DEVICES",
         "--env=SLURM_*",
         "--env=SLURMD_NODENAME",
+        # The image and the bind mounts are the experiment's: with rootful Podman, an image
+        # whose setuid binary made its user root would be root on whatever it mounted.
+        "--security-opt=no-new-privileges",
+        "--cap-drop=all",
     ]
     argv += [f"--volume={v}" for v in _volumes(spec, job_dir, code_root, lib)]
     limits = (
@@ -81,7 +85,8 @@ def podman_prefix(spec: dict[str, Any], job_dir: str, code_root: str, lib: str, 
         '--ulimit=nproc="$(detlab_nproc)"'
     )
     image = image_of(spec.get("environment") or {}, gpu)
-    return " ".join(q(a) for a in argv) + f" {limits} {q(image)} "
+    # `--`: an image named like an option ("--privileged") is an image, never an option.
+    return " ".join(q(a) for a in argv) + f" {limits} -- {q(image)} "
 
 
 def _checkpoint_dir(spec: dict[str, Any]) -> str | None:
