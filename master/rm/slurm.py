@@ -191,6 +191,10 @@ class SlurmResourceManager:
         except OSError as e:
             allocation_exited(alloc, None, f"cannot write the Slurm job's files: {e}")
             return alloc
+        except ValueError as e:  # the container cannot be made (two bind mounts at one path)
+            write_line(alloc, f"cannot start the Slurm job's container: {e}")
+            allocation_exited(alloc, None, f"cannot start the Slurm job's container: {e}")
+            return alloc
         sub = cli.Submission(
             task_id=task.id,
             allocation_id=alloc.id,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.images import default_image
-from tests.cluster import Cluster
+from tests.cluster import ROOT, Cluster
 from tests.integration.test_foundation import submit
 from tests.integration.test_trial_api import DIGITS, digits_config, metrics
 
@@ -46,9 +46,7 @@ def podman_image() -> str:
     return image
 
 
-def test_a_digits_trial_runs_in_a_podman_container_to_completed(  # type: ignore[no-untyped-def]
-    slurm: Path, podman_image: str, cluster_factory
-) -> None:
+def _podman_master(cluster_factory) -> Cluster:  # type: ignore[no-untyped-def]
     c: Cluster = cluster_factory(start=False)
     jobs = c.tmp / "slurm-jobs"
     jobs.mkdir()
@@ -61,6 +59,13 @@ resource_manager:
 resource_pools: [{{pool_name: low}}, {{pool_name: high}}]
 """
     c.start_master()
+    return c
+
+
+def test_a_digits_trial_runs_in_a_podman_container_to_completed(  # type: ignore[no-untyped-def]
+    slurm: Path, podman_image: str, cluster_factory
+) -> None:
+    c = _podman_master(cluster_factory)
     model = c.tmp / "marked-model"
     model.mkdir()
     shutil.copy(DIGITS / "model_def.py", model / "model_def.py")
@@ -96,3 +101,22 @@ resource_pools: [{{pool_name: low}}, {{pool_name: high}}]
         ["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True
     ).stdout
     assert not [n for n in left.split() if n.startswith("detlab-")], left
+
+
+def test_a_bind_mount_over_detlabs_code_ends_the_trial_with_the_reason(  # type: ignore[no-untyped-def]
+    slurm: Path, podman_image: str, cluster_factory, tmp_path: Path
+) -> None:
+    c = _podman_master(cluster_factory)
+    config = digits_config(
+        c,
+        environment={"image": podman_image},
+        bind_mounts=[{"host_path": str(tmp_path), "container_path": str(ROOT)}],
+        max_restarts=0,
+        resources={"slots_per_trial": 1, "resource_pool": "low"},
+    )
+    exp_id = submit(c, config, DIGITS)
+    d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
+    assert d["experiment"]["state"] == "ERROR"
+    logs = "\n".join(c.logs(d["trials"][0]["id"]))
+    assert f"cannot start the Slurm job's container: two mounts at {ROOT}" in logs, logs
+    assert "submitted to Slurm" not in logs
