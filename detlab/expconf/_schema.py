@@ -141,7 +141,7 @@ def _expand(fields: dict[str, Any], *, require_storage: bool) -> dict[str, Any]:
         "max_restarts": get_int(
             fields, "max_restarts", "", DEFAULT_MAX_RESTARTS, minimum=0, limit=MAX_RESTARTS
         ),
-        "environment": parse_environment(fields.get("environment"), resources["slots_per_trial"]),
+        "environment": parse_environment(fields.get("environment")),
         "bind_mounts": parse_bind_mounts(fields.get("bind_mounts")),
         "reproducibility": parse_reproducibility(fields.get("reproducibility")),
         "labels": get_str_list(fields, "labels", "", [], max_len=MAX_LABEL, max_items=MAX_LABELS),

@@ -169,7 +169,7 @@ def _storage_path(value: Any, host_path: str | None) -> str | None:
     return posixpath.relpath(full, root)
 
 
-def parse_environment(raw: Any, slots_per_trial: int) -> dict[str, Any]:
+def parse_environment(raw: Any) -> dict[str, Any]:
     """image / environment_variables (normalised to a dict) / force_pull_image and friends."""
     path = "environment"
     keys = (
@@ -184,7 +184,7 @@ def parse_environment(raw: Any, slots_per_trial: int) -> dict[str, Any]:
     )
     fields = mapping(raw if raw is not None else {}, path, keys)
     return {
-        "image": parse_image(fields.get("image"), slots_per_trial),
+        "image": parse_image(fields.get("image")),
         "environment_variables": _env_vars(fields.get("environment_variables")),
         "force_pull_image": get_bool(fields, "force_pull_image", path, False),
         "ports": get_json(fields, "ports", path, {}, kind=dict),
@@ -195,18 +195,20 @@ def parse_environment(raw: Any, slots_per_trial: int) -> dict[str, Any]:
     }
 
 
-def parse_image(value: Any, slots_per_trial: int) -> str | None:
-    """A string, or Determined's per-device mapping resolved to the one image we run."""
+def parse_image(value: Any) -> str | dict[str, str] | None:
+    """A string, or Determined's per-device mapping ({cpu: ..., cuda: ...}), each image checked.
+    The mapping is kept whole: which one runs depends on the slots an agent gives (a CPU
+    agent's slot takes the `cpu` image whatever slots_per_trial says), so the agent picks
+    (agent/runtime/docker/_build.py), as Determined picked by the pool's slot type."""
     path = "environment.image"
     if value is None:
         return DEFAULT_IMAGE
     if isinstance(value, Mapping):
         fields = mapping(value, path, _DEVICES)
-        order = ("cpu", "cuda", "gpu", "rocm") if slots_per_trial == 0 else ("cuda", "gpu", "cpu")
-        for device in order + _DEVICES:
-            if fields.get(device) is not None:
-                return get_str(fields, device, path)
-        raise ConfigError(path, "expected at least one of cpu, cuda, gpu, rocm")
+        images = {d: get_str(fields, d, path) for d in _DEVICES if fields.get(d) is not None}
+        if not images:
+            raise ConfigError(path, "expected at least one of cpu, cuda, gpu, rocm")
+        return images
     return get_str({"image": value}, "image", "environment")
 
 

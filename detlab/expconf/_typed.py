@@ -165,7 +165,7 @@ class CheckpointStorageConfig(_Json):
 
 @dataclass(frozen=True)
 class EnvironmentConfig(_Json):
-    image: str
+    image: str | dict[str, str] | None  # per device: the agent picks by its slots
     environment_variables: dict[str, str]
     force_pull_image: bool
     ports: dict[str, Any]

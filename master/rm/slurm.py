@@ -32,6 +32,7 @@ from master.rm import slurm_cli as cli
 from master.rm import slurm_gang as gangs
 from master.rm import slurm_health as health
 from master.rm import slurm_podman as podman
+from master.rm.backoff import next_backoff
 from master.rm.base import AllocationStatus, Placements
 from master.rm.slurm_config import SlurmConfig
 from master.scheduler import AgentView
@@ -255,7 +256,7 @@ class SlurmResourceManager:
         from master.services.task.tasks import allocation_exited
 
         line = self._failed("sbatch", stderr)
-        self.health.backoff_s = health.next_backoff(self.health.backoff_s)
+        self.health.backoff_s = next_backoff(self.health.backoff_s)
         self.health.hold_until = time.monotonic() + self.health.backoff_s
         write_line(
             alloc,

@@ -1,6 +1,6 @@
 """What detlab says when Slurm itself is unwell (pure: no I/O): a partition whose nodes are
 down or drained, a job pending because of them, munge (Slurm's authentication) failing, and an
-`sbatch` that failed for a reason that passes (and how long to wait before the next one).
+`sbatch` that failed for a reason that passes (master/rm/backoff.py: how long to wait then).
 
 Each becomes one line a Slurm admin recognises, instead of Slurm's raw words repeated on
 every tick (master/rm/slurm.py logs a munge failure once per outage)."""
@@ -71,19 +71,8 @@ _TRANSIENT = (
     "did not answer within",  # run_cli's own timeout
 )
 
-BACKOFF_FIRST_S = 5.0
-BACKOFF_MAX_S = 60.0
-
 
 def transient_failure(stderr: str) -> bool:
     """True when sbatch failed because Slurm (or munge) did not answer: the allocation is
     requeued without spending the trial's restarts."""
     return munge_failure(stderr) is not None or any(t in stderr for t in _TRANSIENT)
-
-
-def next_backoff(previous_s: float | None) -> float:
-    """Seconds to hold a pool's submissions after a transient sbatch failure: 5 s, doubling
-    while the failures go on, at most 60 s."""
-    if previous_s is None:
-        return BACKOFF_FIRST_S
-    return min(BACKOFF_MAX_S, previous_s * 2)

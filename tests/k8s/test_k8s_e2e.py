@@ -455,7 +455,19 @@ def test_no_secret_no_job_the_token_never_goes_into_the_spec(
     exp_id = submit(cluster, long_job(cluster, "nosecret", batches=20))
     trial = only_trial(cluster, exp_id)
     refused = "cannot create its Kubernetes Secret and Job: 403 Forbidden"
-    wait_for(lambda: any(refused in ln for ln in cluster.logs(trial["id"])), 60, what="refused")
+
+    def refusals() -> list[str]:  # one line each (the requeue's own line repeats it)
+        return [
+            ln
+            for ln in cluster.logs(trial["id"])
+            if refused in ln and "will resume elsewhere" not in ln
+        ]
+
+    # Asked again after 5 s, then 10 s (not on every scheduling pass): the second refusal
+    # says so, and no third came meanwhile.
+    wait_for(lambda: any("asked again in 10 s" in ln for ln in refusals()), 90, what="refused")
+    lines = refusals()
+    assert "asked again in 5 s" in lines[0] and len(lines) <= 3, lines
     assert not [c for c in fake.cluster.history if c.kind == "Job"], "no Job without its Secret"
     assert only_trial(cluster, exp_id)["restarts"] == 0, "not the trial's fault"
     fake.cluster.forbidden.clear()  # the RBAC is fixed: the queued trial starts and completes

@@ -830,17 +830,22 @@ def test_env_vars_errors(value: Any, path: str) -> None:
 def test_image_forms() -> None:
     c = validate_experiment_config(base(environment={"image": "pytorch/pytorch:2.3"}))
     assert c["environment"]["image"] == "pytorch/pytorch:2.3"
+    # Per device: kept whole, whatever slots_per_trial says (a CPU agent's slot takes the cpu
+    # image; the agent picks by the slots it gives).
     per_device = {"image": {"cpu": "img-cpu", "cuda": "img-gpu"}}
-    c = validate_experiment_config(base(environment=per_device))
-    assert c["environment"]["image"] == "img-gpu"
-    c = validate_experiment_config(base(environment=per_device, resources={"slots_per_trial": 0}))
-    assert c["environment"]["image"] == "img-cpu"
+    for slots in (0, 1, 4):
+        c = validate_experiment_config(
+            base(environment=per_device, resources={"slots_per_trial": slots})
+        )
+        assert c["environment"]["image"] == {"cpu": "img-cpu", "cuda": "img-gpu"}
 
 
 def test_image_errors() -> None:
     expect(base(environment={"image": ""}), "environment.image", "must not be empty")
     expect(base(environment={"image": 3}), "environment.image", "expected a string")
     expect(base(environment={"image": {"tpu": "x"}}), "environment.image.tpu", "unknown key")
+    expect(base(environment={"image": {"cpu": ""}}), "environment.image.cpu", "must not be empty")
+    expect(base(environment={"image": {}}), "environment.image", "at least one of")
 
 
 def test_force_pull_image() -> None:

@@ -89,3 +89,21 @@ def test_an_image_built_with_other_packages_is_rebuilt(monkeypatch: pytest.Monke
         monkeypatch.setattr(build, "image_label", lambda image, key, v=label: v)
         build.ensure("cpu")
         assert built == ([DEFAULT_IMAGES["cpu"]] if rebuilt else []), label
+
+
+def test_a_per_device_image_is_picked_by_the_slots_the_agent_gives() -> None:
+    # Determined's {cpu: ..., cuda: ...} stays whole in the config (detlab/expconf): a trial
+    # with slots_per_trial 1 on a CPU agent runs the cpu image, on a GPU slot the cuda one.
+    from types import SimpleNamespace
+
+    from agent.runtime.docker._build import ContainerBuilder
+
+    builder = ContainerBuilder.__new__(ContainerBuilder)
+    builder.ctx = SimpleNamespace(  # type: ignore[assignment]
+        slots=[{"index": 0, "type": "cpu"}, {"index": 1, "type": "gpu"}]
+    )
+    per_device = {"image": {"cpu": "lab/cpu:1", "cuda": "lab/cuda:1"}}
+    on_cpu = SimpleNamespace(environment=per_device, slot_indexes=(0,))
+    on_gpu = SimpleNamespace(environment=per_device, slot_indexes=(1,))
+    assert builder.image_of(on_cpu) == "lab/cpu:1"  # type: ignore[arg-type]
+    assert builder.image_of(on_gpu) == "lab/cuda:1"  # type: ignore[arg-type]

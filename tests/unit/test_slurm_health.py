@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from master.rm import slurm_cli as cli
 from master.rm import slurm_health as health
+from master.rm.backoff import next_backoff
 
 
 def test_sinfo_counts_down_and_drained_nodes_apart() -> None:
@@ -82,9 +83,9 @@ def test_sbatch_failures_that_pass_are_told_apart_from_wrong_jobs() -> None:
     assert not health.transient_failure("sbatch: error: invalid time limit specification")
 
 
-def test_the_sbatch_back_off_doubles_to_a_minute() -> None:
+def test_the_submission_back_off_doubles_to_a_minute() -> None:
     waits, w = [], None
     for _ in range(6):
-        w = health.next_backoff(w)
+        w = next_backoff(w)
         waits.append(w)
     assert waits == [5.0, 10.0, 20.0, 40.0, 60.0, 60.0]

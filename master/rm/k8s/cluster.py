@@ -70,6 +70,10 @@ class KubernetesCluster:
         self.pending_jobs: dict[str, AllocationObjects] = {}
         # When leftover Secrets were last deleted (jobs.py's sweep; 0: not yet, at start).
         self.swept_at = 0.0
+        # After the API server refused a Secret or Job: no new allocation until `hold_until`
+        # (time.monotonic), `backoff_s` doubling while the refusals go on (master/rm/backoff.py).
+        self.backoff_s: float | None = None
+        self.hold_until = 0.0
         self.wake = threading.Event()
         self.stop_event = threading.Event()
         self.nodes = Informer(

@@ -10,6 +10,7 @@ not committed yet: 401, and the trial failed and spent a restart.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from kubernetes.client.rest import ApiException
@@ -19,6 +20,7 @@ from detlab.protocol import ExitCause
 from master.context import state_lock
 from master.db import db
 from master.models import Allocation
+from master.rm.backoff import next_backoff
 from master.rm.k8s.manifest import label_value
 from master.services.queue.kicker import request_schedule
 from master.services.task.tasks import allocation_exited
@@ -33,8 +35,10 @@ log = logging.getLogger("detlab.k8s")
 
 def create_pending_jobs(kc: KubernetesCluster, jobs: dict[str, AllocationObjects]) -> None:
     """Create each committed, still live allocation's Job; one that cannot be created ends its
-    allocation (the task queues again without spending a restart)."""
+    allocation (the task queues again without spending a restart) and holds new allocations for
+    a back-off, rather than retrying on every pass."""
     failed = False
+    created = False
     with state_lock():
         for aid, objs in sorted(jobs.items()):
             alloc = db.session.get(Allocation, aid)
@@ -42,17 +46,26 @@ def create_pending_jobs(kc: KubernetesCluster, jobs: dict[str, AllocationObjects
                 continue  # rolled back, or killed before its Job existed
             try:
                 kc.create_objects(objs)
+                created = True
             except ApiException as e:
                 if e.status == 409:  # created by an earlier try that failed later on
                     continue
-                msg = f"cannot create its Kubernetes Secret and Job: {e.status} {e.reason}"
+                if not failed:
+                    kc.backoff_s = next_backoff(kc.backoff_s)
+                    kc.hold_until = time.monotonic() + kc.backoff_s
+                msg = (
+                    f"cannot create its Kubernetes Secret and Job: {e.status} {e.reason}; "
+                    f"back to the queue, asked again in {kc.backoff_s:g} s"
+                )
                 log.warning("k8s %s: allocation %s %s", kc.name, aid, msg)
                 write_line(alloc, msg)
                 allocation_exited(alloc, None, msg, ExitCause.POD_UNSCHEDULABLE)
                 failed = True
         db.session.commit()
+    if created and not failed:
+        kc.backoff_s = None
     if failed:
-        request_schedule()
+        request_schedule()  # the requeued task shows its wait; nothing starts before the hold
 
 
 def sweep_secrets(kc: KubernetesCluster) -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from typing import Any
 
 from flask import current_app
@@ -80,6 +81,8 @@ class KubernetesResourceManager:
 
     def capacity(self, pools: set[str]) -> list[AgentView]:
         kc = self.cluster
+        if time.monotonic() < kc.hold_until:  # the API server refused the last Secret or Job
+            return []
         if not kc.synced(10.0):
             log.warning("k8s %s: nodes and pods not listed yet: no capacity", self.name)
             return []

@@ -95,7 +95,7 @@ def _resources(raw: Any) -> dict[str, Any]:
 _ENVIRONMENT_KEYS = {"environment_variables", "image", "force_pull_image", "registry_auth"}
 
 
-def _environment(raw: Any, slots: int) -> dict[str, Any]:
+def _environment(raw: Any) -> dict[str, Any]:
     """`environment_variables` (a list of "NAME=value", or {cpu: [...], cuda: [...]}) and the
     container's image keys, checked as an experiment's are (detlab/expconf)."""
     raw = {} if raw is None else raw
@@ -116,13 +116,8 @@ def _environment(raw: Any, slots: int) -> dict[str, Any]:
             )
     out: dict[str, Any] = {"environment_variables": env} if env else {}
     try:
-        image = raw.get("image")
-        if image is not None:
-            parse_image(image, slots)  # names a bad key or value
-            if isinstance(image, dict):  # each device's image checked; kept whole: the agent
-                # picks by the slots it gives (a CPU agent's slot is not a GPU's)
-                image = {k: parse_image(v, slots) for k, v in image.items() if v is not None}
-            out["image"] = image
+        if raw.get("image") is not None:
+            out["image"] = parse_image(raw["image"])  # a mapping stays whole: the agent picks
         if get_bool(raw, "force_pull_image", "environment", False):
             out["force_pull_image"] = True
         auth = get_json(raw, "registry_auth", "environment", None, kind=dict)
@@ -144,7 +139,7 @@ def parse_task_bind_mounts(raw: Any) -> list[dict[str, Any]]:
 def parse_resources_environment(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """A task config's `resources` and `environment` (commands, notebooks, shells)."""
     resources = _resources(config.get("resources"))
-    return resources, _environment(config.get("environment"), resources["slots"])
+    return resources, _environment(config.get("environment"))
 
 
 def parse_command_config(body: dict[str, Any]) -> dict[str, Any]:
