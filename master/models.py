@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
-    DateTime,
     Enum,
     Float,
     ForeignKey,
@@ -25,12 +23,12 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from detlab.expconf import ExperimentConfig, load_stored
 from detlab.protocol import ExitCause
-from master.db import BigIntPK, db, utcnow
+from master.db import BigIntPK, utcnow
+from master.model_base import TZ, JSONType, _DbModel
 from master.states import (
     AgentState,
     AllocationState,
@@ -40,15 +38,6 @@ from master.states import (
     TaskState,
     TaskType,
 )
-
-if TYPE_CHECKING:  # mypy cannot follow Flask-SQLAlchemy's generated db.Model; it is a Base
-    from master.db import Base as _DbModel
-else:
-    _DbModel = db.Model
-
-# JSONB on PostgreSQL (compact, indexable), plain JSON text elsewhere.
-JSONType = JSON().with_variant(JSONB(), "postgresql")
-TZ = DateTime(timezone=True)
 
 
 def _state_column(enum: type[StrEnum], length: int) -> Enum:
@@ -443,73 +432,6 @@ class ConfigTemplate(_DbModel):
     owner: Mapped[User | None] = relationship(lazy="joined")
 
 
-class Model(_DbModel):
-    """A registered model: a name with numbered versions, each pointing at a checkpoint."""
-
-    __tablename__ = "models"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(256), unique=True)
-    description: Mapped[str | None] = mapped_column(Text)
-    labels: Mapped[list] = mapped_column(JSONType, default=list)
-    metadata_: Mapped[dict] = mapped_column("metadata", JSONType, default=dict)
-    notes: Mapped[str | None] = mapped_column(Text)
-    archived: Mapped[bool] = mapped_column(Boolean, default=False)
-    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
-    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
-    owner: Mapped[User | None] = relationship()
-
-
-class ModelVersion(_DbModel):
-    """Version N of a model. The checkpoint's record (and where its files are) is copied in, so
-    the version outlives its experiment's rows; GC never deletes a registered checkpoint."""
-
-    __tablename__ = "model_versions"
-    __table_args__ = (UniqueConstraint("model_id", "version", name="uq_model_versions_version"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
-    version: Mapped[int] = mapped_column(Integer)
-    checkpoint_uuid: Mapped[str] = mapped_column(String(64), index=True)
-    # checkpoint_json() of the checkpoint + lineage (trial, experiment, hparams, validation).
-    checkpoint: Mapped[dict] = mapped_column(JSONType, default=dict)
-    # The experiment's checkpoint_storage (with credentials): server-side only, never returned.
-    storage_config: Mapped[dict] = mapped_column(JSONType, default=dict)
-    name: Mapped[str | None] = mapped_column(String(256))
-    comment: Mapped[str | None] = mapped_column(Text)
-    labels: Mapped[list] = mapped_column(JSONType, default=list)
-    metadata_: Mapped[dict] = mapped_column("metadata", JSONType, default=dict)
-    notes: Mapped[str | None] = mapped_column(Text)
-    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
-    created_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
-    owner: Mapped[User | None] = relationship()
-
-
-class ModelAlias(_DbModel):
-    """A movable name (`production`, `candidate`, ...) for one version of a model."""
-
-    __tablename__ = "model_aliases"
-    __table_args__ = (UniqueConstraint("model_id", "alias", name="uq_model_aliases_alias"),)
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
-    alias: Mapped[str] = mapped_column(String(128))
-    version_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id", ondelete="CASCADE"))
-    updated_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
-    updated_at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
-
-
-class ModelAliasEvent(_DbModel):
-    """Every move of an alias: from which version to which, by whom, when."""
-
-    __tablename__ = "model_alias_events"
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
-    alias: Mapped[str] = mapped_column(String(128))
-    from_version: Mapped[int | None] = mapped_column(Integer)
-    to_version: Mapped[int | None] = mapped_column(Integer)
-    username: Mapped[str | None] = mapped_column(String(128))
-    at: Mapped[datetime] = mapped_column(TZ, default=utcnow)
-
-
 class ProvisionerPool(_DbModel):
     """A resource pool with a cloud provider: its tag, and the last launch error (with backoff)."""
 
@@ -549,3 +471,11 @@ class Instance(_DbModel):
     # SHA-256 of the instance's join token; valid only while the instance is live.
     join_token_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
     last_error: Mapped[str | None] = mapped_column(Text)
+
+
+# The model registry's tables live in their own module (this one stays readable); importing
+# them here registers them with the same metadata and keeps `from master.models import Model`.
+from master.models_registry import Model as Model  # noqa: E402
+from master.models_registry import ModelAlias as ModelAlias  # noqa: E402
+from master.models_registry import ModelAliasEvent as ModelAliasEvent  # noqa: E402
+from master.models_registry import ModelVersion as ModelVersion  # noqa: E402
