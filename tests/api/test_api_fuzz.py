@@ -99,6 +99,7 @@ class Target:
         self.allocation_id = trial["DET_ALLOCATION_ID"]
         self.experiment_id = int(trial["DET_EXPERIMENT_ID"])
         self.other_experiment_id = 0
+        self.other_trial_id = 0
 
 
 def _seed(c: Cluster, tmp: Path) -> Target:
@@ -128,6 +129,13 @@ def _seed(c: Cluster, tmp: Path) -> Target:
     assert r.status_code == 201, r.text
     target = Target(c, json.loads(out.read_text()))
     target.other_experiment_id = exp_ids[1]
+
+    def other_trial() -> int | None:
+        r = c.request("GET", f"/experiments/{exp_ids[1]}/trials")
+        trials = r.json().get("trials") or [] if r.status_code == 200 else []
+        return int(trials[0]["id"]) if trials else None
+
+    target.other_trial_id = wait_for(other_trial, 60, what="the second experiment's trial")
     return target
 
 
@@ -197,6 +205,10 @@ def _spare_the_running_trial(case: Any, target: Target) -> None:
         params["exp_id"] = target.other_experiment_id
     if str(params.get("job_id")) == str(target.experiment_id):
         params["job_id"] = str(target.other_experiment_id)
+    # Killing the seeded trial itself (POST /trials/{trial_id}/kill) ends its token likewise.
+    path = str(getattr(case, "path", ""))
+    if path.endswith("/kill") and str(params.get("trial_id")) == str(target.trial_id):
+        params["trial_id"] = target.other_trial_id
 
 
 def _cap_long_polls(case: Any) -> None:
