@@ -21,13 +21,18 @@ import pytest
 from tests.cluster import ROOT
 
 SLURM_ROOT = Path(os.environ.get("DET_TEST_SLURM_ROOT", "/tmp/detlab-slurm"))
+# slurmctld's port (slurmd +1): another port and root give a run a one-node Slurm of its own
+SLURM_PORT = os.environ.get("DET_TEST_SLURM_PORT", "6817")
 SLURM2_ROOT = Path(os.environ.get("DET_TEST_SLURM2_ROOT", "/tmp/detlab-slurm2n"))
 SLURM2_PORT = os.environ.get("DET_TEST_SLURM2_PORT", "6827")  # slurmctld; the nodes +1, +2
 
 
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[Path]:
-    subprocess.run(["bash", str(ROOT / "scripts/slurm/up"), str(SLURM_ROOT)], check=True)
+    subprocess.run(
+        ["bash", str(ROOT / "scripts/slurm/up"), str(SLURM_ROOT), "--port", SLURM_PORT],
+        check=True,
+    )
     conf = SLURM_ROOT / "etc" / "slurm.conf"
     old = os.environ.get("SLURM_CONF")
     os.environ["SLURM_CONF"] = str(conf)
