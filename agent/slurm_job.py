@@ -75,9 +75,29 @@ def _fetch_model_def(spec: StartSpec, master_url: str, path: Path) -> Path | Non
     return path
 
 
+def _ignore_usr1() -> None:
+    """In the task's process, before it execs: Slurm's USR1 is the launcher's to act on, never
+    the trial's (its default action kills). Under a gang's `srun`, slurmstepd delivers the
+    signal srun passes on to every process of the step, the trial's workers included; an
+    ignored signal stays ignored across exec, down to the workers the harness starts."""
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
 def main(argv: list[str]) -> int:
     spec_path = Path(argv[1])
     job_dir = spec_path.parent
+
+    def notice(_signum: int, _frame: FrameType | None) -> None:
+        # Slurm wants the job back (a higher-priority partition, or its time limit is near).
+        # The trial would die of a raw USR1; the master, which reads this file, asks it to
+        # checkpoint and exit the way every preemption is asked. Each node's launcher says so
+        # (srun passes the batch script's USR1 on to every node's).
+        node = os.environ.get("SLURMD_NODENAME", "?")
+        print(f"[slurm] node {node}: Slurm's notice (USR1)", flush=True)
+        (job_dir / SLURM_NOTICE_FILE).touch()
+
+    # From the start: a notice while the model definition downloads is not lost either.
+    signal.signal(signal.SIGUSR1, notice)
     doc = json.loads(spec_path.read_text())
     parsed = StartSpec.parse(doc["spec"])
     try:
@@ -114,7 +134,9 @@ def main(argv: list[str]) -> int:
         spec, slots=slots, master_url=doc["master_url"], agent_id=doc["agent_id"], layout=layout
     )
     try:
-        proc = subprocess.Popen(argv_task, cwd=workdir, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            argv_task, cwd=workdir, env=env, start_new_session=True, preexec_fn=_ignore_usr1
+        )
     except OSError as e:
         print(f"[slurm] cannot start the entrypoint {spec.entrypoint!r}: {e}", flush=True)
         return 127 if isinstance(e, FileNotFoundError) else 126
@@ -125,15 +147,8 @@ def main(argv: list[str]) -> int:
         except ProcessLookupError:
             pass
 
-    def notice(_signum: int, _frame: FrameType | None) -> None:
-        # Slurm wants the job back (a higher-priority partition, or its time limit is near).
-        # The trial would die of a raw USR1; the master, which reads this file, asks it to
-        # checkpoint and exit the way every preemption is asked.
-        (job_dir / SLURM_NOTICE_FILE).touch()
-
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    signal.signal(signal.SIGUSR1, notice)
     code = proc.wait()
     try:  # nothing of the task outlives it
         os.killpg(proc.pid, signal.SIGKILL)
