@@ -13,7 +13,9 @@ import pytest
 
 from tests.cluster import ROOT, Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
-from tests.integration.test_trial_api import DIGITS, digits_config, metrics, model_dir
+from tests.integration.test_trial_api import DIGITS, metrics, model_dir, run_to_end
+from tests.slurm._configs import slurm_trial
+from tests.slurm.conftest import SLURM_PORT
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +42,14 @@ def squeue(job_comment_alloc: str) -> str:
     return "\n".join(ln for ln in out.splitlines() if job_comment_alloc in ln)
 
 
+def job_state(job_id: str) -> str:
+    """Slurm job `job_id`'s state (COMPLETED, CANCELLED, ...), ended jobs included."""
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+    )
+    return out.stdout.strip()
+
+
 def slurm_job_line(c: Cluster, trial_id: int) -> str:
     for line in c.logs(trial_id):
         if "submitted to Slurm as job" in line:
@@ -49,20 +59,8 @@ def slurm_job_line(c: Cluster, trial_id: int) -> str:
 
 def test_a_digits_trial_runs_as_a_slurm_job_to_completed(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
     c = slurm_master(cluster_factory)
-    config = digits_config(
-        c,
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 200},
-        },
-        min_validation_period={"batches": 100},
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
-    exp_id = submit(c, config, DIGITS)
-    d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
-    assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
+    config = slurm_trial(c, batches=200, validate_every=100)
+    d, exp_id = run_to_end(c, config, DIGITS)
     trial = d["trials"][0]
     got = metrics(c, trial["id"])
     assert [s for s, _ in got["validation"]] == [100, 200]
@@ -74,10 +72,7 @@ def test_a_digits_trial_runs_as_a_slurm_job_to_completed(slurm: Path, cluster_fa
     assert "validation at batch 200" in logs
     assert "submitted to Slurm as job" in logs
     job_id = slurm_job_line(c, trial["id"]).split("job ")[1].split()[0]
-    state = subprocess.run(
-        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
-    ).stdout.strip()
-    assert state == "COMPLETED"
+    assert job_state(job_id) == "COMPLETED"
 
 
 def test_kill_reaches_the_job_and_an_impossible_request_never_fits(
@@ -86,12 +81,7 @@ def test_kill_reaches_the_job_and_an_impossible_request_never_fits(
 ) -> None:
     c = slurm_master(cluster_factory)
     model = model_dir(c.tmp)
-    slow = digits_config(
-        c,
-        entrypoint="slow_def:SlowDigits",
-        hparams={"sleep": 0.5},
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    slow = slurm_trial(c, slow=0.5)
     exp_id = submit(c, slow, model)
     wait_for(
         lambda: any(
@@ -105,21 +95,10 @@ def test_kill_reaches_the_job_and_an_impossible_request_never_fits(
     job_id = line.split("job ")[1].split()[0]
     c.det("experiment", "kill", str(exp_id))
     c.wait_experiment(exp_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=60)
-    wait_for(
-        lambda: (
-            subprocess.run(
-                ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            == "CANCELLED"
-        ),
-        30,
-        what=f"Slurm job {job_id} cancelled",
-    )
+    wait_for(lambda: job_state(job_id) == "CANCELLED", 30, what=f"Slurm job {job_id} cancelled")
 
     # three fake GPUs on a node with two: sbatch refuses, and the trial fails in Slurm's words
-    big = digits_config(c, resources={"slots_per_trial": 3, "resource_pool": "low"})
+    big = slurm_trial(c, slots=3)
     exp_id = submit(c, big, DIGITS)
     d = c.wait_experiment(exp_id, {"ERROR", "COMPLETED", "CANCELED"}, timeout=60)
     assert d["experiment"]["state"] == "ERROR"
@@ -130,9 +109,9 @@ def test_kill_reaches_the_job_and_an_impossible_request_never_fits(
 def test_slurms_pending_reason_is_the_queue_reason(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
     c = slurm_master(cluster_factory)
     # two jobs that each want both fake GPUs: the second waits in Slurm for Resources
-    sleeper = digits_config(
-        c, entrypoint="sleep 900", resources={"slots_per_trial": 2, "resource_pool": "low"}
-    )  # never ends by itself while the test looks (120 s did, on a loaded machine): killed below
+    # sleep 900: never ends by itself while the test looks (120 s did, on a loaded machine);
+    # killed below
+    sleeper = slurm_trial(c, entrypoint="sleep 900", slots=2)
     first = submit(c, sleeper, DIGITS)
 
     def low_pool() -> dict:
@@ -176,19 +155,7 @@ def test_slurm_preemption_checkpoints_and_resumes_without_losing_metrics(
 ) -> None:
     c = slurm_master(cluster_factory)
     model = model_dir(c.tmp)
-    config = digits_config(
-        c,
-        entrypoint="slow_def:SlowDigits",
-        hparams={"sleep": 0.1},
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 400},
-        },
-        min_validation_period={"batches": 100},
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    config = slurm_trial(c, slow=0.1, batches=400, validate_every=100)
     exp_id = submit(c, config, model)
     wait_for(lambda: only_trial(c, exp_id)["steps_completed"] >= 50, 120, what="the trial trains")
     # a job of the higher-priority partition wants both fake GPUs: Slurm preempts the trial
@@ -209,10 +176,7 @@ def test_slurm_preemption_checkpoints_and_resumes_without_losing_metrics(
     assert steps == sorted(set(steps)) and steps[-1] == 400  # nothing lost, nothing twice
     assert [s for s, _ in got["validation"]] == [100, 200, 300, 400]
     assert trial["restarts"] == 0
-    state = subprocess.run(
-        ["squeue", "-h", "-t", "all", "-j", high, "-o", "%T"], capture_output=True, text=True
-    ).stdout.strip()
-    assert state == "COMPLETED"
+    assert job_state(high) == "COMPLETED"
 
 
 def test_the_master_keeps_track_of_its_jobs_across_a_slurmctld_restart(
@@ -221,19 +185,7 @@ def test_the_master_keeps_track_of_its_jobs_across_a_slurmctld_restart(
 ) -> None:
     c = slurm_master(cluster_factory)
     model = model_dir(c.tmp)
-    config = digits_config(
-        c,
-        entrypoint="slow_def:SlowDigits",
-        hparams={"sleep": 0.05},
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 300},
-        },
-        min_validation_period={"batches": 100},
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    config = slurm_trial(c, slow=0.05, batches=300, validate_every=100)
     exp_id = submit(c, config, model)
     wait_for(lambda: only_trial(c, exp_id)["steps_completed"] >= 100, 120, what="the trial trains")
     root = slurm.parent.parent
@@ -246,7 +198,9 @@ def test_the_master_keeps_track_of_its_jobs_across_a_slurmctld_restart(
     )
     # the master sees squeue fail for a while (and concludes nothing), then Slurm is back
     wait_for(lambda: "squeue failed" in c.read_log("master"), 30, what="the master to notice")
-    subprocess.run(["bash", str(ROOT / "scripts/slurm/up"), str(root)], check=True)
+    # its own port again: without --port, up would rewrite slurm.conf for the default one
+    up = ["bash", str(ROOT / "scripts/slurm/up"), str(root), "--port", SLURM_PORT]
+    subprocess.run(up, check=True)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
     trial = d["trials"][0]
@@ -283,21 +237,8 @@ def test_a_two_slot_command_is_a_slurm_job_with_both_fake_gpus(
 
 def test_a_two_slot_trial_trains_as_one_job_on_both_fake_gpus(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
     c = slurm_master(cluster_factory)
-    config = digits_config(
-        c,
-        "distributed.yaml",
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 100},
-        },
-        min_validation_period={"batches": 100},
-        resources={"slots_per_trial": 2, "resource_pool": "low"},
-    )
-    exp_id = submit(c, config, DIGITS)
-    d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
-    assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
+    config = slurm_trial(c, "distributed.yaml", batches=100, validate_every=100, slots=2)
+    d, exp_id = run_to_end(c, config, DIGITS)
     trial = d["trials"][0]
     assert [s for s, _ in metrics(c, trial["id"])["validation"]] == [100]
     logs = "\n".join(c.logs(trial["id"]))
@@ -315,17 +256,7 @@ def test_a_down_partition_keeps_its_trials_queued_with_the_reason(
     c = slurm_master(cluster_factory)
     subprocess.run(["scontrol", "update", "PartitionName=high", "State=DOWN"], check=True)
     try:
-        config = digits_config(
-            c,
-            searcher={
-                "name": "single",
-                "metric": "validation_accuracy",
-                "smaller_is_better": False,
-                "max_length": {"batches": 50},
-            },
-            min_validation_period={"batches": 50},
-            resources={"slots_per_trial": 1, "resource_pool": "high"},
-        )
+        config = slurm_trial(c, batches=50, validate_every=50, pool="high")
         exp_id = submit(c, config, DIGITS)
 
         def reason() -> str | None:
@@ -346,9 +277,9 @@ def test_a_down_partition_keeps_its_trials_queued_with_the_reason(
 
 def test_an_asha_search_runs_its_trials_as_slurm_jobs(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
     c = slurm_master(cluster_factory)
-    config = digits_config(
+    config = slurm_trial(
         c,
-        base="adaptive.yaml",
+        "adaptive.yaml",
         searcher={
             "name": "adaptive_asha",
             "metric": "validation_accuracy",
@@ -361,7 +292,6 @@ def test_an_asha_search_runs_its_trials_as_slurm_jobs(slurm: Path, cluster_facto
             "mode": "standard",
             "sampler": "random",
         },
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
     )
     exp_id = submit(c, config, DIGITS)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=300)
@@ -375,19 +305,7 @@ def test_an_asha_search_runs_its_trials_as_slurm_jobs(slurm: Path, cluster_facto
 def test_pause_and_activate_resume_from_the_checkpoint(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
     c = slurm_master(cluster_factory)
     model = model_dir(c.tmp)
-    config = digits_config(
-        c,
-        entrypoint="slow_def:SlowDigits",
-        hparams={"sleep": 0.05},
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 300},
-        },
-        min_validation_period={"batches": 100},
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    config = slurm_trial(c, slow=0.05, batches=300, validate_every=100)
     exp_id = submit(c, config, model)
     tid = only_trial(c, exp_id)["id"]
     c.wait_trial(tid, lambda t: t["steps_completed"] >= 100, timeout=120, what="100 steps")

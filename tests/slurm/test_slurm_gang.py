@@ -16,18 +16,11 @@ import pytest
 
 from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
-from tests.integration.test_trial_api import DIGITS, metrics, model_dir
+from tests.integration.test_trial_api import DIGITS, metrics, model_dir, run_to_end
 from tests.slurm._configs import slurm_trial
-from tests.slurm.test_slurm_e2e import slurm_job_line, slurm_master
+from tests.slurm.test_slurm_e2e import job_state, slurm_job_line, slurm_master
 
 pytestmark = pytest.mark.integration
-
-
-def job_state(job_id: str) -> str:
-    out = subprocess.run(
-        ["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], capture_output=True, text=True
-    )
-    return out.stdout.strip()
 
 
 def processes_of(alloc_id: str) -> dict[int, str]:
@@ -55,6 +48,31 @@ def on_both_nodes(alloc_id: str) -> dict[int, str]:
     )
 
 
+def gone_from_both_nodes(alloc_id: str, procs: dict[int, str], why: str) -> None:
+    """Wait until no process of the allocation runs on either node."""
+    wait_for(
+        lambda: not processes_of(alloc_id),
+        60,
+        what=f"the processes {sorted(procs)} of the {why} gang to end on both nodes",
+    )
+
+
+def training_gang(
+    c: Cluster, sleep: float, batches: int, trained: int
+) -> tuple[int, int, str, dict[int, str]]:
+    """A 2-slot slow digits trial over both nodes (validated every 100 batches), once it
+    trained `trained` batches with its processes on n1 and n2: its experiment, trial,
+    allocation and processes."""
+    config = slurm_trial(
+        c, "distributed.yaml", slow=sleep, batches=batches, validate_every=100, slots=2
+    )
+    exp_id = submit(c, config, model_dir(c.tmp))
+    tid = only_trial(c, exp_id)["id"]
+    c.wait_trial(tid, lambda t: t["steps_completed"] >= trained, timeout=180, what="training")
+    alloc_id = only_trial(c, exp_id)["allocation_id"]
+    return exp_id, tid, alloc_id, on_both_nodes(alloc_id)
+
+
 def job_ids(c: Cluster, trial_id: int) -> list[str]:
     """The Slurm jobs the trial was submitted as, in order."""
     return re.findall(r"submitted to Slurm as job (\d+)", "\n".join(c.logs(trial_id)))
@@ -63,9 +81,7 @@ def job_ids(c: Cluster, trial_id: int) -> list[str]:
 def test_a_two_slot_trial_trains_over_two_nodes(on_two_nodes: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
     c = slurm_master(cluster_factory)
     config = slurm_trial(c, "distributed.yaml", batches=100, validate_every=100, slots=2)
-    exp_id = submit(c, config, DIGITS)
-    d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
-    assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
+    d, exp_id = run_to_end(c, config, DIGITS)
     trial = d["trials"][0]
     got = metrics(c, trial["id"])
     assert [s for s, _ in got["validation"]] == [100]
@@ -102,11 +118,7 @@ def test_kill_ends_the_gang_on_both_nodes(on_two_nodes: Path, cluster_factory) -
     c.det("experiment", "kill", str(exp_id))
     c.wait_experiment(exp_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=60)
     wait_for(lambda: job_state(job_id) == "CANCELLED", 30, what=f"Slurm job {job_id} cancelled")
-    wait_for(
-        lambda: not processes_of(alloc_id),
-        30,
-        what=f"the processes {sorted(procs)} of the gang to end on both nodes",
-    )
+    gone_from_both_nodes(alloc_id, procs, "killed")
 
 
 def test_more_slots_than_the_nodes_have_never_fits(on_two_nodes: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
@@ -126,12 +138,7 @@ def test_pause_and_activate_of_a_gang_resume_from_the_chiefs_checkpoint(
     on_two_nodes: Path, cluster_factory: Callable[..., Cluster]
 ) -> None:
     c = slurm_master(cluster_factory)
-    config = slurm_trial(c, "distributed.yaml", slow=0.05, batches=300, validate_every=100, slots=2)
-    exp_id = submit(c, config, model_dir(c.tmp))
-    tid = only_trial(c, exp_id)["id"]
-    c.wait_trial(tid, lambda t: t["steps_completed"] >= 100, timeout=180, what="100 steps")
-    alloc_id = only_trial(c, exp_id)["allocation_id"]
-    procs = on_both_nodes(alloc_id)
+    exp_id, tid, alloc_id, procs = training_gang(c, 0.05, batches=300, trained=100)
     c.det("experiment", "pause", str(exp_id))
     paused = c.wait_trial(
         tid, lambda t: t["state"] == "PAUSED" and t["allocation_id"] is None, timeout=90
@@ -139,11 +146,7 @@ def test_pause_and_activate_of_a_gang_resume_from_the_chiefs_checkpoint(
     assert paused["latest_checkpoint"] and 100 <= paused["steps_completed"] < 300, paused
     # every rank stopped on both nodes, and the job ended by itself (the trial exited), not
     # by a scancel
-    wait_for(
-        lambda: not processes_of(alloc_id),
-        30,
-        what=f"the processes {sorted(procs)} of the paused gang to end on both nodes",
-    )
+    gone_from_both_nodes(alloc_id, procs, "paused")
     first = job_ids(c, tid)
     assert len(first) == 1 and job_state(first[0]) == "COMPLETED", first
     ckpt = c.get(f"/checkpoints/{paused['latest_checkpoint']}")["checkpoint"]
@@ -169,12 +172,7 @@ def test_slurm_preemption_of_a_gang_checkpoints_and_resumes(
     on_two_nodes: Path, cluster_factory: Callable[..., Cluster]
 ) -> None:
     c = slurm_master(cluster_factory)
-    config = slurm_trial(c, "distributed.yaml", slow=0.1, batches=400, validate_every=100, slots=2)
-    exp_id = submit(c, config, model_dir(c.tmp))
-    tid = only_trial(c, exp_id)["id"]
-    c.wait_trial(tid, lambda t: t["steps_completed"] >= 50, timeout=180, what="the gang trains")
-    alloc_id = only_trial(c, exp_id)["allocation_id"]
-    procs = on_both_nodes(alloc_id)
+    exp_id, tid, alloc_id, procs = training_gang(c, 0.1, batches=400, trained=50)
     # a job of the higher-priority partition wants both nodes: Slurm preempts the gang
     high = subprocess.run(
         ["sbatch", "--parsable", "--partition=high", "--nodes=2", "--gres=gpu:1"]
@@ -183,11 +181,7 @@ def test_slurm_preemption_of_a_gang_checkpoints_and_resumes(
         text=True,
         check=True,
     ).stdout.strip()
-    wait_for(
-        lambda: not processes_of(alloc_id),
-        60,
-        what=f"the processes {sorted(procs)} of the preempted gang to end on both nodes",
-    )
+    gone_from_both_nodes(alloc_id, procs, "preempted")
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=300)
     assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
     trial = d["trials"][0]

@@ -10,7 +10,8 @@ import pytest
 
 from tests.cluster import wait_for
 from tests.integration.test_foundation import only_trial, submit
-from tests.integration.test_trial_api import DIGITS, digits_config
+from tests.integration.test_trial_api import DIGITS
+from tests.slurm._configs import slurm_trial
 from tests.slurm.test_slurm_e2e import slurm_master
 
 pytestmark = pytest.mark.integration
@@ -25,18 +26,7 @@ def test_a_trial_is_running_only_once_its_harness_reported(slurm: Path, cluster_
         f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.1; done; "
         "exec python3 -m harness.launch model_def:DigitsTrial"
     )
-    config = digits_config(
-        c,
-        entrypoint=gate,
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 100},
-        },
-        min_validation_period={"batches": 100},
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    config = slurm_trial(c, entrypoint=gate, batches=100, validate_every=100)
     exp_id = submit(c, config, DIGITS)
 
     def task() -> dict:

@@ -12,7 +12,8 @@ import pytest
 
 from tests.cluster import wait_for
 from tests.integration.test_foundation import only_trial, submit
-from tests.integration.test_trial_api import DIGITS, digits_config
+from tests.integration.test_trial_api import DIGITS
+from tests.slurm._configs import slurm_trial
 from tests.slurm.test_slurm_e2e import slurm_master
 
 pytestmark = pytest.mark.integration
@@ -42,9 +43,7 @@ def test_a_drained_node_is_the_pools_note_and_the_pending_jobs_reason(
         note = wait_for(lambda: low_pool().get("note"), 60, what="the pool's note")
         assert note == "every node of Slurm partition low is down or drained (drain)", note
         assert f"Note: {note}" in c.det("job", "list").stdout
-        sleeper = digits_config(
-            c, entrypoint="sleep 120", resources={"slots_per_trial": 1, "resource_pool": "low"}
-        )
+        sleeper = slurm_trial(c, entrypoint="sleep 120")
         exp_id = submit(c, sleeper, DIGITS)
 
         def reason() -> str | None:
@@ -75,7 +74,7 @@ def test_a_munge_failure_is_one_clear_line(slurm: Path, cluster_factory, monkeyp
     c = slurm_master_with_broken_munge(cluster_factory, slurm, monkeypatch)
     exp_id = submit(
         c,
-        digits_config(c, entrypoint="sleep 5", resources={"resource_pool": "low"}),
+        slurm_trial(c, entrypoint="sleep 5"),
         DIGITS,
     )
 
@@ -142,18 +141,8 @@ def test_an_sbatch_slurm_did_not_answer_spends_no_restart(
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     c = slurm_master(cluster_factory)
-    config = digits_config(
-        c,
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 50},
-        },
-        min_validation_period={"batches": 50},
-        max_restarts=0,  # a spent restart would fail the trial
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    # max_restarts 0: a spent restart would fail the trial
+    config = slurm_trial(c, batches=50, validate_every=50, max_restarts=0)
     exp_id = submit(c, config, DIGITS)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
