@@ -138,7 +138,8 @@ def plan_workers(nproc: int | None = None, env: Mapping[str, str] | None = None)
         local = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
         return Workers(nproc, 0, nproc, 0, 1, "127.0.0.1", local.port, local)
     master_url = env.get("DET_MASTER", "")
-    addr = my_address(master_url)
+    # The Slurm RM's rendezvous_network_interface (agent/netif.py): that interface's address.
+    addr = env.get("DET_RENDEZVOUS_ADDR") or my_address(master_url)
     store = None
     port = 0
     if crank == 0:
