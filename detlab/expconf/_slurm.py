@@ -92,10 +92,10 @@ def owned_option(arg: str) -> str | None:
         name = arg[2:].split("=", 1)[0]
         if name in OWNED_LONG:
             return name
-        if len(name) >= 2:  # a prefix sbatch would expand to an owned option
-            hit = sorted(o for o in OWNED_LONG if o.startswith(name))
-            return hit[0] if hit else None
-        return None
+        # A prefix sbatch would expand to an owned option (`--j=x` is `--job-name`); one that is
+        # also a prefix of other options is ambiguous to sbatch, refused here all the same.
+        hit = sorted(o for o in OWNED_LONG if o.startswith(name))
+        return hit[0] if hit else None
     # Short flags bundle (`-Hp x` is `-H -p x`): every letter up to the first that takes a
     # value is an option of its own.
     for letter in arg[1:]:

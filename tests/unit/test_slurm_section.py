@@ -63,6 +63,7 @@ def test_a_bad_section_names_its_path(section: dict[str, Any], path: str, words:
     [
         ("--partition=gpu", "partition"),
         ("--part=gpu", "partition"),  # sbatch expands unambiguous prefixes
+        ("--j=x", "job-name"),
         ("--gres=gpu:8", "gres"),
         ("--gpus=2", "gpus"),
         ("--gpus-per-node=2", "gpus-per-node"),
@@ -156,6 +157,14 @@ def test_an_interfaces_ipv4_address() -> None:
         "NCCL_SOCKET_IFNAME": "lo",
         "GLOO_SOCKET_IFNAME": "lo",
     }
+
+
+def test_the_launcher_posts_the_interfaces_address() -> None:
+    from harness.launch._spawn import rendezvous_address
+
+    env = rendezvous_env("eth9", "10.1.2.3")
+    assert rendezvous_address(env, "http://10.9.9.9:8080") == "10.1.2.3"
+    assert rendezvous_address({}, "http://127.0.0.1:8080") == "127.0.0.1"
 
 
 def test_a_task_config_section_is_checked_too() -> None:
