@@ -181,11 +181,8 @@ class SlurmResourceManager:
             task, tuple((gangs.container_key(self.agent_id, r), ()) for r in range(gang.nodes))
         )
         why = gangs.never_fits(gang, slots, pool, row.nodes, per_node) if row is not None else None
-        if task.type != TaskType.TRIAL and per_node is not None and slots > per_node:
-            why = (
-                f"slurm.slots_per_node is {per_node} but the {task.type.value.lower()} needs "
-                f"{slots} slots on its one node (only trials span nodes)"
-            )
+        if task.type != TaskType.TRIAL:
+            why = gangs.one_node_never_fits(task.type.value.lower(), slots, per_node)
         if why is not None:
             write_line(alloc, f"can never fit: {why}")
             allocation_exited(alloc, None, f"can never fit: {why}", ExitCause.NEVER_FITS)

@@ -54,6 +54,17 @@ def never_fits(
     )
 
 
+def one_node_never_fits(kind: str, slots: int, slots_per_node: int | None) -> str | None:
+    """Why a command, notebook or shell (one node: only trials span nodes) can never run
+    under its own `slurm.slots_per_node`, or None."""
+    if slots_per_node is None or slots <= slots_per_node:
+        return None
+    return (
+        f"slurm.slots_per_node is {slots_per_node} but the {kind} needs {slots} slots on its "
+        "one node (only trials span nodes)"
+    )
+
+
 def gang_sbatch_args(
     gang: Gang, slot_type: str, gres_supported: bool, gpu_type: str | None = None
 ) -> list[str]:

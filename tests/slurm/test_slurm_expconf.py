@@ -110,6 +110,10 @@ def test_an_owned_option_is_refused_with_its_path(slurm: Path, cluster_factory) 
     )
     assert cmd.status_code == 400 and "--nodes" in cmd.text, cmd.text
     assert c.get("/experiments")["experiments"] == []
+    # A valid section on this Slurm pool is honoured: no warning says it is ignored.
+    ok = digits_config(c, resources={"resource_pool": "low"}, slurm={"sbatch_args": ["-t5"]})
+    r = c.post("/experiments?validate_only=true", {"config": ok})
+    assert r.status_code == 200 and not any("slurm" in w for w in r.json()["warnings"]), r.text
 
 
 def test_slots_per_node_beyond_the_partition_never_fits(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]

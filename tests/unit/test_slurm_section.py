@@ -13,7 +13,7 @@ from detlab.expconf import ConfigError, parse_experiment_config, validate_experi
 from detlab.expconf._slurm import owned_option, parse_slurm_section, section_set
 from master.rm import slurm_cli as cli
 from master.rm.slurm_config import SlurmConfigError, parse_slurm
-from master.rm.slurm_gang import Gang, never_fits, plan_gang
+from master.rm.slurm_gang import Gang, never_fits, one_node_never_fits, plan_gang
 
 BASE: dict[str, Any] = {
     "entrypoint": "python3 train.py",
@@ -128,6 +128,15 @@ def test_a_capped_split_that_needs_more_nodes_never_fits_and_says_why() -> None:
     assert why == (
         "2 slots need 2 nodes of 1 slot(s) each (slurm.slots_per_node: 1), and Slurm "
         "partition low has 1 node(s)"
+    )
+
+
+def test_a_command_above_its_slots_per_node_never_fits() -> None:
+    assert one_node_never_fits("command", 2, None) is None
+    assert one_node_never_fits("command", 2, 2) is None
+    assert one_node_never_fits("notebook", 2, 1) == (
+        "slurm.slots_per_node is 1 but the notebook needs 2 slots on its one node "
+        "(only trials span nodes)"
     )
 
 
