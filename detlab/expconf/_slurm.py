@@ -59,6 +59,13 @@ OWNED_LONG: dict[str, str] = {
     "clusters": "the master follows jobs on its own cluster only",
     "wait": "the master does not block on a job",
     "test-only": "the job must be submitted",
+    # A master running as root submits through --uid: sbatch runs as root, and Slurm grants
+    # root what it grants no user.
+    "priority": "only Slurm's administrators set a job's priority (the master may submit as root)",
+    "nice": "only Slurm's administrators lower a job's nice value (the master may submit as root)",
+    "get-user-env": "only root may use it (the master may submit as root)",
+    "nodefile": "sbatch would read that file as the master's user (possibly root)",
+    "bbf": "sbatch would read that file as the master's user (possibly root)",
     "help": "the job must be submitted",
     "usage": "the job must be submitted",
     "version": "the job must be submitted",

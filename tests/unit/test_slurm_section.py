@@ -77,6 +77,10 @@ def test_a_bad_section_names_its_path(section: dict[str, Any], path: str, words:
         ("--uid=0", "uid"),
         ("--export=ALL", "export"),
         ("--wrap=id", "wrap"),
+        ("--priority=99999", "priority"),
+        ("--nice=-100", "nice"),
+        ("--bbf=/etc/shadow", "bbf"),
+        ("--nodefile=/etc/shadow", "nodefile"),
         ("-pgpu", "partition"),
         ("-N2", "nodes"),
         ("-HJname", "job-name"),  # a bundle of flags goes on to the next letter
