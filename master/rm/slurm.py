@@ -30,6 +30,7 @@ from master.db import db, utcnow
 from master.models import Allocation, Task
 from master.rm import slurm_cli as cli
 from master.rm import slurm_gang as gangs
+from master.rm import slurm_handover as handover
 from master.rm import slurm_health as health
 from master.rm import slurm_podman as podman
 from master.rm.backoff import next_backoff
@@ -186,9 +187,16 @@ class SlurmResourceManager:
         job_dir = self.job_dir(alloc.id)
         u = spec.user
         user = cli.JobUser(u.unix_user, u.uid, u.gid) if u else cli.JobUser()
+        as_root = os.geteuid() == 0
+        try:
+            uid, sudo_user = handover.job_identity(self.cfg, user, as_root)
+        except KeyError as e:
+            write_line(alloc, str(e.args[0]))
+            allocation_exited(alloc, None, str(e.args[0]))
+            return alloc
         try:
             gpu = self.cfg.slot_type_of(pool) != "cpu" and slots > 0
-            self._write_job(job_dir, spec.to_json(), user, gang.nodes, gpu)
+            self._write_job(job_dir, spec.to_json(), user, uid, gang.nodes, gpu)
         except OSError as e:
             allocation_exited(alloc, None, f"cannot write the Slurm job's files: {e}")
             return alloc
@@ -204,7 +212,7 @@ class SlurmResourceManager:
             job_dir=str(job_dir),
             gang=gang,
         )
-        out = run_cli(cli.sbatch_argv(self.cfg, sub, user, as_root=os.geteuid() == 0))
+        out = run_cli(cli.sbatch_argv(self.cfg, sub, user, as_root=as_root))
         if out.returncode != 0:
             words = cli.slurm_words(out.stderr)
             if health.transient_failure(out.stderr):
@@ -228,6 +236,9 @@ class SlurmResourceManager:
             log_offset=0,
             awaits_harness=awaits,
             partition=pool,
+            # Whose the job's files must be (read_job_file), and as whom to scancel it.
+            job_uid=uid,
+            sudo_user=sudo_user,
         )
         nodes = f", {gang.nodes} nodes of {gang.slots_per_node} slot(s)" if gang.nodes > 1 else ""
         write_line(alloc, f"submitted to Slurm as job {job_id} (partition {pool}{nodes})")
@@ -266,7 +277,13 @@ class SlurmResourceManager:
         allocation_exited(alloc, None, line, ExitCause.BACKEND_UNAVAILABLE)
 
     def _write_job(
-        self, job_dir: Path, spec: dict[str, Any], user: cli.JobUser, nodes: int, gpu: bool
+        self,
+        job_dir: Path,
+        spec: dict[str, Any],
+        user: cli.JobUser,
+        uid: int,
+        nodes: int,
+        gpu: bool,
     ) -> None:
         job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         doc = {"spec": spec, "master_url": self.master_url, "agent_id": self.agent_id}
@@ -288,11 +305,7 @@ class SlurmResourceManager:
         (job_dir / cli.SCRIPT_FILE).chmod(0o700)
         # The job runs as the linked Unix user: the directory (where Slurm writes its output and
         # the job its status) and the spec with the session token become that user's alone.
-        # Only root can give files away; a master that is not root keeps them its own.
-        if user.uid is not None and os.geteuid() == 0:
-            gid = user.gid if user.gid is not None else user.uid
-            for path in (job_dir, job_dir / cli.SPEC_FILE, job_dir / cli.SCRIPT_FILE):
-                os.chown(path, user.uid, gid)
+        handover.give(job_dir, user, uid)
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -311,11 +324,14 @@ class SlurmResourceManager:
             set_container(alloc, self.agent_id, kill_sent=True)
 
     def _scancel(self, alloc: Allocation, signal: str | None = None) -> bool:
-        job_id = containers_of(alloc).get(self.agent_id, {}).get("slurm_job_id")
+        mine = containers_of(alloc).get(self.agent_id, {})
+        job_id = mine.get("slurm_job_id")
         if not job_id:
             return False
         argv = ["scancel", *(["--batch", f"--signal={signal}"] if signal else []), job_id]
-        out = run_cli(argv)
+        # A job submitted through `sudo -u` is that user's: only its owner (or Slurm's
+        # operators) may cancel it, so scancel goes through the same sudo.
+        out = run_cli(cli.as_user(self.cfg, mine.get("sudo_user")) + argv)
         if out.returncode != 0:
             log.warning("scancel %s failed: %s", job_id, out.stderr.strip())
         return out.returncode == 0
@@ -436,9 +452,24 @@ class SlurmResourceManager:
                 ),
             )
 
+    def _read(self, alloc: Allocation, name: str, offset: int = 0, limit: int = -1) -> bytes:
+        """A file the job wrote, read as untrusted (master/rm/slurm_handover.py); one it may not
+        be is refused once in the task's log and reads as missing."""
+        mine = containers_of(alloc).get(self.agent_id, {})
+        try:
+            return handover.read_job_file(
+                self.job_dir(alloc.id) / name, mine.get("job_uid"), offset, limit
+            )
+        except handover.UntrustedFile as e:
+            if not mine.get(f"refused_{name}"):
+                set_container(alloc, self.agent_id, **{f"refused_{name}": True})
+                write_line(alloc, f"[slurm] not reading the job's {name}: {e}")
+                log.warning("allocation %s: not reading its %s: %s", alloc.id, name, e)
+            raise FileNotFoundError(name) from e
+
     def _exit_status(self, alloc: Allocation) -> int | None:
         try:
-            return cli.parse_status((self.job_dir(alloc.id) / cli.STATUS_FILE).read_text())
+            return cli.parse_status(self._read(alloc, cli.STATUS_FILE).decode(errors="replace"))
         except OSError:
             return None
 
@@ -447,9 +478,7 @@ class SlurmResourceManager:
         allocation, so a restarted master neither loses nor repeats lines."""
         offset = int(containers_of(alloc).get(self.agent_id, {}).get("log_offset") or 0)
         try:
-            with open(self.job_dir(alloc.id) / cli.OUTPUT_FILE, "rb") as f:
-                f.seek(offset)
-                chunk = f.read(LOG_CHUNK_BYTES)
+            chunk = self._read(alloc, cli.OUTPUT_FILE, offset, LOG_CHUNK_BYTES)
         except OSError:
             return
         end = chunk.rfind(b"\n")
