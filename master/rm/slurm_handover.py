@@ -87,10 +87,11 @@ def job_uid(
     lookup: Callable[[str], int],
 ) -> int:
     """Whom the job runs as (master/rm/slurm_cli.sbatch_argv decides it the same way): with
-    sudo, the linked user (or `user_name`); as root without sudo, the linked uid (`--uid`);
-    else the master's own user. `lookup` maps a user name to its uid (a KeyError: unknown)."""
+    sudo, the user `sudo -u` names (the linked user, or `user_name`), by its uid on this host,
+    which is what sudo runs as; as root without sudo, the linked uid (`--uid`); else the
+    master's own user. `lookup` maps a user name to its uid (a KeyError: unknown)."""
     if sudo_authorized and sudo_user:
-        return linked_uid if linked_uid is not None else lookup(sudo_user)
+        return lookup(sudo_user)
     if as_root and linked_uid is not None:
         return linked_uid
     return my_uid

@@ -169,7 +169,7 @@ def test_a_service_user_master_runs_a_digits_trial_as_the_linked_user(  # type: 
     assert (c.ckpt_dir / ckpt[0]["uuid"]).stat().st_uid == users.job.pw_uid
 
 
-def test_the_token_is_the_job_users_alone_its_files_are_untrusted_and_kill_cancels(  # type: ignore[no-untyped-def]
+def test_the_token_is_the_job_users_alone_pause_and_kill_reach_its_job(  # type: ignore[no-untyped-def]
     slurm: Path, cluster_factory, users: Users
 ) -> None:
     c, jobs = sudo_master(cluster_factory, users)
@@ -187,9 +187,26 @@ def test_the_token_is_the_job_users_alone_its_files_are_untrusted_and_kill_cance
         120,
         what="the slow trial to log from its Slurm job",
     )
-    job_id = job_id_of(c, trial_id)
-    assert job_field(job_id, "%u|%T") == f"{JOB_USER}|RUNNING"
-    job_dir = next(p for p in jobs.iterdir() if p.is_dir())
+    first = job_id_of(c, trial_id)
+    # Pause: the trial checkpoints (as the job user) and its job ends; activate resumes it
+    # from that checkpoint in a second job, whose directory is handed over the same way.
+    c.det("experiment", "pause", str(exp_id))
+    paused = c.wait_trial(
+        trial_id, lambda t: t["state"] == "PAUSED" and t["allocation_id"] is None, timeout=90
+    )
+    assert paused["latest_checkpoint"], paused
+    assert job_field(first, "%u|%T") == f"{JOB_USER}|COMPLETED"
+    c.det("experiment", "activate", str(exp_id))
+    wait_for(
+        lambda: "resumed from checkpoint" in "\n".join(c.logs(trial_id)),
+        120,
+        what="the trial to resume in a second Slurm job",
+    )
+    job_id = [ln for ln in c.logs(trial_id) if "submitted to Slurm as job" in ln][-1]
+    job_id = job_id.split("job ")[1].split()[0]
+    assert job_id != first and job_field(job_id, "%u|%T") == f"{JOB_USER}|RUNNING"
+
+    job_dir = next(p for p in jobs.iterdir() if (p / "spec.json").exists())
     spec = job_dir / "spec.json"
     assert "DET_SESSION_TOKEN" in as_user(JOB_USER, "cat", str(spec)).stdout
     # Another Unix user of the node: neither the token nor the job directory's names, nor a

@@ -32,7 +32,7 @@ def lookup(name: str) -> int:
 @pytest.mark.parametrize(
     ("sudo", "root", "linked", "sudo_user", "want"),
     [
-        (True, False, 2000, "alice", 2000),  # sudo to the linked user: its uid
+        (True, False, 2000, "alice", 2001),  # sudo -u alice: alice's uid here
         (True, False, None, "alice", 2001),  # sudo to user_name: looked up
         (False, True, 2000, None, 2000),  # root with --uid
         (False, False, 2000, None, 500),  # neither: the master's own user
