@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from pathlib import Path
@@ -89,3 +90,14 @@ def test_hand_over_grants_the_job_user_alone(tmp_path: Path) -> None:
     assert os.getxattr(job_dir, h.DEFAULT_XATTR) == h.acl_xattr(h.owner_and(500, 7, h.R | h.X))
     # group bits show the mask; others get nothing
     assert (spec.stat().st_mode & 0o777, job_dir.stat().st_mode & 0o777) == (0o640, 0o770)
+
+
+def test_storage_without_acls_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_acls(*_args: object) -> None:
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(h.os, "setxattr", no_acls)
+    job_dir = tmp_path / "alloc"
+    job_dir.mkdir()
+    with pytest.raises(h.NoAclSupport, match=r"job_storage_root \(.*\) does not support POSIX"):
+        h.hand_over(job_dir, {}, uid=45678, master_uid=500)
