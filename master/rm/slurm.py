@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,20 +67,6 @@ def run_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
         )
 
 
-@dataclass
-class _Health:
-    # Pool -> what is wrong with its partition (down or drained nodes), from the last sinfo.
-    pool_notes: dict[str, str] = field(default_factory=dict)
-    # Pool -> its partition as the last sinfo showed it (how many nodes, how big): how many
-    # nodes a trial spans is decided from it when the trial is submitted.
-    partitions: dict[str, cli.PartitionRow] = field(default_factory=dict)
-    failing: str | None = None  # the Slurm failure logged, until a command works again
-    # After an sbatch that failed because Slurm did not answer: submissions wait until
-    # `hold_until` (time.monotonic), `backoff_s` doubling while the failures go on.
-    backoff_s: float | None = None
-    hold_until: float = 0.0
-
-
 class SlurmResourceManager:
     type = "slurm"
     queues_itself = True
@@ -101,7 +86,7 @@ class SlurmResourceManager:
         # An RM object lives for one call (registry.py builds it): what must outlast it is kept
         # with the app.
         store = current_app.extensions.setdefault("detlab.slurm", {})
-        self.health: _Health = store.setdefault(name, _Health())
+        self.health: health.Health = store.setdefault(name, health.Health())
         self.pool_notes = self.health.pool_notes
 
     def _failed(self, what: str, stderr: str) -> str:
@@ -130,6 +115,11 @@ class SlurmResourceManager:
             for pool in pools:
                 self.pool_notes[pool] = f"{self.health.failing}; asking Slurm again in {wait:.0f} s"
             return []
+        problem = self._storage_problem()
+        if problem:  # nothing submitted (no restart spent) until the storage is fixed
+            for pool in pools:
+                self._note(pool, problem)
+            return []
         out = run_cli(list(cli.SINFO_ARGV))
         if out.returncode != 0:
             line = self._failed("sinfo", out.stderr)
@@ -149,6 +139,15 @@ class SlurmResourceManager:
             total = cli.partition_slots(row, self.cfg.slot_type_of(pool))
             views.append(AgentView(id=f"{self.agent_id}:{pool}", pool=pool, free=(), total=total))
         return views
+
+    def _storage_problem(self) -> str | None:
+        """A master that is not root submitting through sudo hands each job directory over by
+        ACLs (master/rm/slurm_handover.py): job_storage_root must allow it."""
+        if self.health.storage_ok or os.geteuid() == 0 or not self.cfg.sudo_authorized:
+            return None
+        problem = handover.storage_problem(Path(self.cfg.job_storage_root))
+        self.health.storage_ok = problem is None
+        return problem
 
     def _note(self, pool: str, note: str | None) -> None:
         if note == self.pool_notes.get(pool):

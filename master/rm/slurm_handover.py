@@ -34,6 +34,7 @@ import os
 import pwd
 import stat
 import struct
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,33 @@ def hand_over(job_dir: Path, files: dict[Path, int], uid: int, master_uid: int) 
                 "(mount it with ACLs, or run the master as root)",
             ) from e
         raise
+
+
+def storage_problem(root: Path) -> str | None:
+    """Why a master that is not root cannot hand job directories over in `root` (None: it can):
+    probed with a directory of its own and an ACL on it, removed after. Asked on every
+    scheduling pass while it fails, so fixing the storage needs no restart."""
+    me = os.geteuid()
+    try:
+        probe = Path(tempfile.mkdtemp(prefix=".detlab-probe-", dir=root))
+    except OSError as e:
+        try:
+            name = pwd.getpwuid(me).pw_name
+        except KeyError:
+            name = str(me)
+        return (
+            f"job_storage_root {root} is not usable by the master's user {name}: {e.strerror} "
+            "(it must exist and be the master's, mode 0711)"
+        )
+    try:
+        hand_over(probe, {}, me, me)
+    except NoAclSupport as e:
+        return e.strerror
+    except OSError as e:
+        return f"job_storage_root {root}: cannot set an ACL: {e.strerror}"
+    finally:
+        probe.rmdir()
+    return None
 
 
 class UntrustedFile(Exception):

@@ -80,14 +80,16 @@ def users() -> Users:
     return u
 
 
-def sudo_master(cluster_factory, users: Users) -> tuple[Cluster, Path]:  # type: ignore[no-untyped-def]
+def sudo_master(  # type: ignore[no-untyped-def]
+    cluster_factory, users: Users, jobs_owner: pwd.struct_passwd | None = None
+) -> tuple[Cluster, Path]:
     """A master running as the service user; its data dir and job_storage_root are its own
     (0711: job users pass through to their own job directory, none can list or write it)."""
     c: Cluster = cluster_factory(start=False)
     svc = users.service
     jobs = c.tmp / "slurm-jobs"
     for d, mode, owner in (
-        (jobs, 0o711, svc),
+        (jobs, 0o711, jobs_owner or svc),
         (c.data_dir, 0o700, svc),
         (c.ckpt_dir, 0o700, users.job),  # the trials write their checkpoints as the job user
     ):
@@ -239,3 +241,33 @@ def test_the_token_is_the_job_users_alone_pause_and_kill_reach_its_job(  # type:
     logs = "\n".join(c.logs(only_trial(c, exp_id)["id"]))
     assert word not in logs
     assert "not reading the job's output.log: output.log is a symbolic link" in logs, logs
+
+
+def test_a_job_storage_root_the_service_user_cannot_use_holds_the_queue_with_the_reason(  # type: ignore[no-untyped-def]
+    slurm: Path, cluster_factory, users: Users
+) -> None:
+    c, jobs = sudo_master(cluster_factory, users, jobs_owner=pwd.getpwuid(0))  # root's, 0711
+    sleeper = digits_config(
+        c, entrypoint="sleep 60", resources={"slots_per_trial": 1, "resource_pool": "low"}
+    )
+    exp_id = submit(c, sleeper, DIGITS)
+    trial_id = only_trial(c, exp_id)["id"]
+
+    def reason() -> str | None:
+        for task in c.get("/tasks")["tasks"]:
+            if task.get("trial_id") == trial_id and task.get("waiting_for"):
+                return str(task["waiting_for"])
+        return None
+
+    why = wait_for(reason, 60, what="the queue reason")
+    assert (
+        f"job_storage_root {jobs} is not usable by the master's user {SERVICE}: "
+        "Permission denied" in why
+    ), why
+    assert not slurm_job_line(c, trial_id)  # nothing submitted, no restart spent
+    # Fixed without a restart: the next pass submits the trial.
+    os.chown(jobs, users.service.pw_uid, users.service.pw_gid)
+    wait_for(lambda: slurm_job_line(c, trial_id), 60, what="the trial submitted to Slurm")
+    c.det("experiment", "kill", str(exp_id))
+    c.wait_experiment(exp_id, {"CANCELED", "ERROR", "COMPLETED"}, timeout=60)
+    assert only_trial(c, exp_id)["restarts"] == 0
