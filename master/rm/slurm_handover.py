@@ -122,12 +122,21 @@ def give(job_dir: Path, user: cli.JobUser, uid: int) -> None:
     them away; a master that is not root keeps them and grants that user access (ACLs)."""
     files = (job_dir, job_dir / cli.SPEC_FILE, job_dir / cli.SCRIPT_FILE)
     if os.geteuid() == 0:
-        if user.uid is not None:
-            gid = user.gid if user.gid is not None else user.uid
+        if uid != 0:  # the linked user's, or (sudo to `user_name`) that user's
             for path in files:
-                os.chown(path, user.uid, gid)
+                os.chown(path, uid, _gid_of(user, uid))
     elif uid != os.geteuid():
         hand_over(job_dir, {files[1]: R, files[2]: R | X}, uid, os.geteuid())
+
+
+def _gid_of(user: cli.JobUser, uid: int) -> int:
+    """The group the root master gives the files to: the link's, else the user's own."""
+    if user.gid is not None and user.uid == uid:
+        return user.gid
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid
 
 
 class NoAclSupport(OSError):

@@ -101,3 +101,20 @@ def test_storage_without_acls_is_named(tmp_path: Path, monkeypatch: pytest.Monke
     job_dir.mkdir()
     with pytest.raises(h.NoAclSupport, match=r"job_storage_root \(.*\) does not support POSIX"):
         h.hand_over(job_dir, {}, uid=45678, master_uid=500)
+
+
+def test_a_root_master_gives_the_files_to_the_job_user(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("giving files away needs root (the test machine runs the suite as root)")
+    for name, user, want in (
+        ("linked", JobUser("alice", 45678, 45679), (45678, 45679)),
+        # sudo to `user_name` (no link): that user's uid, its own group (unknown here: the uid)
+        ("sudo", JobUser(), (45678, 45678)),
+    ):
+        job_dir = tmp_path / name
+        job_dir.mkdir(mode=0o700)
+        for f in ("spec.json", "job.sh"):
+            (job_dir / f).write_text("")
+        h.give(job_dir, user, 45678)
+        for path in (job_dir, job_dir / "spec.json", job_dir / "job.sh"):
+            assert (path.stat().st_uid, path.stat().st_gid) == want, path
