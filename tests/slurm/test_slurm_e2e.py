@@ -14,6 +14,7 @@ import pytest
 from tests.cluster import ROOT, Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, digits_config, metrics, model_dir
+from tests.slurm.conftest import SLURM_PORT
 
 pytestmark = pytest.mark.integration
 
@@ -246,7 +247,9 @@ def test_the_master_keeps_track_of_its_jobs_across_a_slurmctld_restart(
     )
     # the master sees squeue fail for a while (and concludes nothing), then Slurm is back
     wait_for(lambda: "squeue failed" in c.read_log("master"), 30, what="the master to notice")
-    subprocess.run(["bash", str(ROOT / "scripts/slurm/up"), str(root)], check=True)
+    # Its own port again: `up` without --port would write the default one (another run's Slurm)
+    up = ["bash", str(ROOT / "scripts/slurm/up"), str(root), "--port", SLURM_PORT]
+    subprocess.run(up, check=True)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
     trial = d["trials"][0]
