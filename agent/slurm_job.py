@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from agent.modeldef import ModelDefError, extract_model_def
+from agent.netif import interface_ipv4, rendezvous_env
 from agent.runtime._env import EnvLayout, task_env
 from agent.runtime.process import alias_dir, build_argv, harness_root
 from detlab.constants import SLURM_NOTICE_FILE
@@ -113,6 +114,19 @@ def main(argv: list[str]) -> int:
     env = task_env(
         spec, slots=slots, master_url=doc["master_url"], agent_id=doc["agent_id"], layout=layout
     )
+    iface = doc.get("rendezvous_network_interface")
+    if iface:
+        node = os.environ.get("SLURMD_NODENAME", "?")
+        address = interface_ipv4(str(iface))
+        if address is None:
+            print(
+                f"[slurm] rendezvous_network_interface {iface!r}: no such network interface "
+                f"with an IPv4 address on node {node}",
+                flush=True,
+            )
+            return 1
+        print(f"[slurm] node {node}: rendezvous on {iface} at {address}", flush=True)
+        env.update(rendezvous_env(str(iface), address))
     try:
         proc = subprocess.Popen(argv_task, cwd=workdir, env=env, start_new_session=True)
     except OSError as e:

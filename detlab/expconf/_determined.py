@@ -18,7 +18,6 @@ from detlab.expconf._limits import MAX_RUNGS
 
 # Path -> why detlab does not act on it. Paths are top-level keys or "section.key".
 UNHONOURED: dict[str, str] = {
-    "slurm": "detlab schedules on its own agents, not Slurm",
     "pbs": "detlab schedules on its own agents, not PBS",
     "profiling": "the system-metrics profiler is not provided",
     "optimizations": "Horovod/AMP optimizations are not applied (use torch.amp in the trial)",
@@ -54,7 +53,6 @@ UNHONOURED: dict[str, str] = {
 # The subset detlab's schema does not know at all: removed before validation.
 STRIPPED = frozenset(
     {
-        "slurm",
         "pbs",
         "tensorboard_storage",
         "retention_policy",

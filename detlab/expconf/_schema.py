@@ -45,6 +45,7 @@ from detlab.expconf._sections import (
     parse_reproducibility,
     parse_resources,
 )
+from detlab.expconf._slurm import parse_slurm_section
 
 TOP_LEVEL_KEYS = (
     "name",
@@ -74,6 +75,7 @@ TOP_LEVEL_KEYS = (
     "integrations",
     "log_policies",
     "unmanaged",
+    "slurm",
 )
 DEFAULT_NAME = "Experiment"
 # Sections a user's value replaces wholesale instead of merging over the master's defaults.
@@ -161,6 +163,8 @@ def _expand(fields: dict[str, Any], *, require_storage: bool) -> dict[str, Any]:
         # Determined's unmanaged runs: the script runs wherever its user started it and reports
         # to the master (harness.experimental.core_v2); the master never schedules it.
         "unmanaged": unmanaged,
+        # Honoured on a Slurm pool (master/rm/slurm_cli.py), a warning elsewhere.
+        "slurm": parse_slurm_section(fields.get("slurm")),
     }
     _check_epochs(config)
     return config

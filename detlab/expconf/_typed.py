@@ -189,6 +189,15 @@ class ReproducibilityConfig(_Json):
 
 
 @dataclass(frozen=True)
+class SlurmSection(_Json):
+    """Determined's `slurm:` section (detlab/expconf/_slurm.py); applied on Slurm pools only."""
+
+    slots_per_node: int | None
+    gpu_type: str | None
+    sbatch_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ExperimentConfig(_Json):
     """A validated, expanded experiment config (`parse_experiment_config`, `load_stored`)."""
 
@@ -219,6 +228,7 @@ class ExperimentConfig(_Json):
     integrations: dict[str, Any]
     log_policies: list[Any]
     unmanaged: bool
+    slurm: SlurmSection
 
     def replace(self, **changes: Any) -> ExperimentConfig:
         """A copy with `changes` (sections are replaced whole: `resources=conf.resources...`)."""

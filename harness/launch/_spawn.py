@@ -87,6 +87,12 @@ def my_address(master_url: str) -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
+def rendezvous_address(env: Mapping[str, str], master_url: str) -> str:
+    """The address this container gives the others: the chosen interface's (the Slurm RM's
+    rendezvous_network_interface, agent/netif.py), else the one of its route to the master."""
+    return env.get("DET_RENDEZVOUS_ADDR") or my_address(master_url)
+
+
 def rendezvous(
     container_rank: int, num_containers: int, addr: str, port: int, timeout: float
 ) -> list[str]:
@@ -138,7 +144,7 @@ def plan_workers(nproc: int | None = None, env: Mapping[str, str] | None = None)
         local = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
         return Workers(nproc, 0, nproc, 0, 1, "127.0.0.1", local.port, local)
     master_url = env.get("DET_MASTER", "")
-    addr = my_address(master_url)
+    addr = rendezvous_address(env, master_url)
     store = None
     port = 0
     if crank == 0:

@@ -14,6 +14,7 @@ from master.db import db
 from master.errors import BadRequest, Forbidden, NotFound, TooLarge
 from master.models import Experiment
 from master.request_limits import CONFIG_BYTES
+from master.rm.registry import slurm_warnings
 from master.services.experiment import experiment_list, model_defs
 from master.services.experiment import experiments as svc
 from master.services.experiment.capacity import fit_warning
@@ -45,6 +46,7 @@ def create() -> ResponseReturnValue:
     warnings = svc.config_warnings(config_text, template)
     config = svc.parse_config(config_text, template)
     cannot_fit = fit_warning(config)
+    warnings += slurm_warnings(config.resources.resource_pool, config.slurm.to_json())
     if cannot_fit and bool_arg("fail_if_cannot_fit", False):
         raise BadRequest(cannot_fit, path="resources.slots_per_trial")
     warnings += [cannot_fit] if cannot_fit else []

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from flask import current_app
 
+from detlab.expconf._slurm import ignored_warning, section_set
 from master.errors import BadRequest
 from master.rm.agent import AgentResourceManager
 from master.rm.base import ResourceManager
@@ -34,6 +38,24 @@ def resource_manager(pool: str) -> ResourceManager:
         f"unknown resource pool {pool!r}; this master has {', '.join(cfg.pool_names())}",
         path="resource_pool",
     )
+
+
+def slurm_pool(pool: str) -> bool:
+    """Whether `pool` is a partition of a Slurm resource manager (a `slurm:` section applies)."""
+    cfg = current_app.config["DET"]
+    for p in cfg.resource_pools:
+        if p.name == pool:
+            return any(
+                r.name == p.resource_manager and r.type == "slurm" for r in cfg.resource_managers
+            )
+    return False
+
+
+def slurm_warnings(pool: str, section: Mapping[str, Any] | None) -> list[str]:
+    """A `slurm:` section set for a pool that is not Slurm's is accepted and ignored, said so."""
+    if section_set(section) and not slurm_pool(pool):
+        return [ignored_warning(pool)]
+    return []
 
 
 def pools_by_manager(pools: set[str]) -> dict[str, set[str]]:

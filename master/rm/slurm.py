@@ -35,6 +35,7 @@ from master.rm import slurm_podman as podman
 from master.rm.backoff import next_backoff
 from master.rm.base import AllocationStatus, Placements
 from master.rm.slurm_config import SlurmConfig
+from master.rm.slurm_request import slots_of, slurm_section
 from master.scheduler import AgentView
 from master.services.task.allocations import (
     containers_of,
@@ -171,13 +172,17 @@ class SlurmResourceManager:
         from master.services.task.tasks import allocation_exited, task_pool
 
         pool = task_pool(task)
-        slots = _slots_of(task)
-        gang, row = self._gang(task, pool, slots)
+        slots = slots_of(task)
+        section = slurm_section(task)
+        per_node = section.get("slots_per_node")
+        gang, row = self._gang(task, pool, slots, per_node)
         # One container per node: the rendezvous waits for that many launchers.
         alloc = new_allocation(
             task, tuple((gangs.container_key(self.agent_id, r), ()) for r in range(gang.nodes))
         )
-        why = gangs.never_fits(gang, slots, pool, row.nodes) if row is not None else None
+        why = gangs.never_fits(gang, slots, pool, row.nodes, per_node) if row is not None else None
+        if task.type != TaskType.TRIAL:
+            why = gangs.one_node_never_fits(task.type.value.lower(), slots, per_node)
         if why is not None:
             write_line(alloc, f"can never fit: {why}")
             allocation_exited(alloc, None, f"can never fit: {why}", ExitCause.NEVER_FITS)
@@ -195,7 +200,8 @@ class SlurmResourceManager:
             return alloc
         try:
             gpu = self.cfg.slot_type_of(pool) != "cpu" and slots > 0
-            self._write_job(job_dir, spec.to_json(), user, uid, gang.nodes, gpu)
+            iface = self.cfg.rendezvous_interface_of(pool)
+            self._write_job(job_dir, spec.to_json(), user, uid, gang.nodes, gpu, iface)
         except OSError as e:
             allocation_exited(alloc, None, f"cannot write the Slurm job's files: {e}")
             return alloc
@@ -210,6 +216,8 @@ class SlurmResourceManager:
             slots=slots,
             job_dir=str(job_dir),
             gang=gang,
+            gpu_type=section.get("gpu_type"),
+            sbatch_args=tuple(section.get("sbatch_args") or ()),
         )
         out = run_cli(cli.sbatch_argv(self.cfg, sub, user, as_root=as_root))
         if out.returncode != 0:
@@ -244,7 +252,7 @@ class SlurmResourceManager:
         return alloc
 
     def _gang(
-        self, task: Task, pool: str, slots: int
+        self, task: Task, pool: str, slots: int, per_node: int | None = None
     ) -> tuple[gangs.Gang, cli.PartitionRow | None]:
         """How many nodes the task spans. Only a trial spans nodes: its launchers meet through
         the rendezvous; a command has none, so one too big for a node is Slurm's to refuse."""
@@ -258,7 +266,7 @@ class SlurmResourceManager:
             or slots > cli.partition_slots(row, slot_type)
         ):
             return gangs.Gang(1, slots), row
-        return gangs.plan_gang(slots, cli.node_slots(row, slot_type)), row
+        return gangs.plan_gang(slots, cli.node_slots(row, slot_type), per_node), row
 
     def _unanswered(self, alloc: Allocation, stderr: str) -> None:
         """sbatch failed because Slurm (or munge) did not answer: the trial goes back to the
@@ -283,9 +291,15 @@ class SlurmResourceManager:
         uid: int,
         nodes: int,
         gpu: bool,
+        iface: str | None = None,
     ) -> None:
         job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        doc = {"spec": spec, "master_url": self.master_url, "agent_id": self.agent_id}
+        doc = {
+            "spec": spec,
+            "master_url": self.master_url,
+            "agent_id": self.agent_id,
+            "rendezvous_network_interface": iface,  # agent/netif.py
+        }
         # The spec holds the allocation's session token: readable by its owner only.
         fd = os.open(job_dir / cli.SPEC_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -491,13 +505,3 @@ class SlurmResourceManager:
         ]
         set_container(alloc, self.agent_id, log_offset=offset + end + 1)
         ingest_agent_logs(self.agent_id, entries)
-
-
-def _slots_of(task: Task) -> int:
-    if task.trial_id is not None:
-        from master.models import Trial
-
-        trial = db.session.get(Trial, task.trial_id)
-        assert trial is not None
-        return int(trial.experiment.conf.resources.slots_per_trial)
-    return int(task.slots or 0)

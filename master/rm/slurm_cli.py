@@ -183,18 +183,24 @@ class Submission:
     slots: int
     job_dir: str
     gang: Gang | None = None  # several nodes (master/rm/slurm_gang.py); None: one node
+    # The experiment's (or task's) `slurm:` section (detlab/expconf/_slurm.py, checked there).
+    gpu_type: str | None = None
+    sbatch_args: tuple[str, ...] = ()
 
 
-def resource_args(cfg: SlurmConfig, slot_type: str, slots: int) -> list[str]:
-    """How a request of `slots` asks Slurm for them: GPUs through gres or TRES, CPUs as
-    CPUs of the one task."""
+def resource_args(
+    cfg: SlurmConfig, slot_type: str, slots: int, gpu_type: str | None = None
+) -> list[str]:
+    """How a request of `slots` asks Slurm for them: GPUs through gres or TRES (of the
+    experiment's `slurm.gpu_type` when it names one), CPUs as CPUs of the one task."""
     if slots <= 0:
         return ["--cpus-per-task=1"]
     if slot_type == "cpu":
         return [f"--cpus-per-task={slots}"]
+    typed = f"{gpu_type}:{slots}" if gpu_type else str(slots)
     if cfg.gres_supported:
-        return [f"--gres=gpu:{slots}"]
-    return [f"--gpus={slots}"]
+        return [f"--gres=gpu:{typed}"]
+    return [f"--gpus={typed}"]
 
 
 @dataclass(frozen=True)
@@ -215,9 +221,9 @@ def sbatch_argv(
     user = user or JobUser()
     slot_type = cfg.slot_type_of(sub.partition)
     if sub.gang is not None and sub.gang.nodes > 1:
-        shape = gang_sbatch_args(sub.gang, slot_type, cfg.gres_supported)
+        shape = gang_sbatch_args(sub.gang, slot_type, cfg.gres_supported, sub.gpu_type)
     else:
-        shape = ["--nodes=1", "--ntasks=1", *resource_args(cfg, slot_type, sub.slots)]
+        shape = ["--nodes=1", "--ntasks=1", *resource_args(cfg, slot_type, sub.slots, sub.gpu_type)]
     by_id = (
         [f"--uid={user.uid}", f"--gid={user.gid if user.gid is not None else user.uid}"]
         if as_root and not cfg.sudo_authorized and user.uid is not None
@@ -226,6 +232,9 @@ def sbatch_argv(
     argv = [
         "sbatch",
         "--parsable",
+        # The user's options first: sbatch takes an option's last value, so detlab's own win
+        # even over one the section's check missed.
+        *sub.sbatch_args,
         f"--job-name={NAME_PREFIX}{sub.task_id}",
         f"--comment={COMMENT_PREFIX}{sub.allocation_id}",
         f"--partition={sub.partition}",

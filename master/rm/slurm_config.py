@@ -7,6 +7,7 @@ itself, so the launcher's connection keys (`host`, `port`, `protocol`, `security
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,6 @@ LAUNCHER_KEYS = frozenset(
         "launcher_container_run_type",
         "singularity_image_root",
         "apptainer_image_root",
-        "rendezvous_network_interface",
         "proxy_network_interface",
         "ld_library_path",
         "group_name",
@@ -43,6 +43,7 @@ SLURM_KEYS = frozenset(
         "path",
         "master_host",
         "master_port",
+        "rendezvous_network_interface",
     }
 )
 _OVERRIDE_KEYS = frozenset(
@@ -58,6 +59,7 @@ class SlurmConfigError(ValueError):
 class PartitionOverride:
     slot_type: str | None = None
     description: str = ""
+    rendezvous_network_interface: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,14 @@ class SlurmConfig:
     # Where jobs reach the master (Determined's keys); None: the master's own host and port.
     master_host: str | None = None
     master_port: int | None = None
+    # The network interface whose IPv4 address a gang's chief node gives the others, and NCCL
+    # and Gloo use (agent/netif.py); None: the address of the route to the master.
+    rendezvous_network_interface: str | None = None
+
+    def rendezvous_interface_of(self, partition: str) -> str | None:
+        over = self.partition_overrides.get(partition)
+        own = over.rendezvous_network_interface if over else None
+        return own or self.rendezvous_network_interface
 
     def slot_type_of(self, partition: str) -> str:
         over = self.partition_overrides.get(partition)
@@ -123,6 +133,9 @@ def _overrides(raw: Any, path: str) -> dict[str, PartitionOverride]:
         out[str(name)] = PartitionOverride(
             slot_type=_slot_type(slot, f"{where}.slot_type") if slot is not None else None,
             description=str(item.get("description") or ""),
+            rendezvous_network_interface=_interface(
+                item.get("rendezvous_network_interface"), f"{where}.rendezvous_network_interface"
+            ),
         )
     return out
 
@@ -172,7 +185,25 @@ def parse_slurm(raw: dict[str, Any], path: str) -> SlurmConfig:
         path=_opt_str(raw, "path", path),
         master_host=_opt_str(raw, "master_host", path),
         master_port=_port(raw.get("master_port"), f"{path}.master_port"),
+        rendezvous_network_interface=_interface(
+            raw.get("rendezvous_network_interface"), f"{path}.rendezvous_network_interface"
+        ),
     )
+
+
+def _interface(value: Any, where: str) -> str | None:
+    """A Linux interface name (at most 15 bytes, no '/', ':' or whitespace); "" is unset."""
+    if value is None or value == "":
+        return None
+    if (
+        not isinstance(value, str)
+        or len(value.encode()) > 15
+        or not re.fullmatch(r"[A-Za-z0-9_.\-@]+", value)
+    ):
+        raise SlurmConfigError(
+            f"{where} must be a network interface name such as eth0 or ib0, got {value!r}"
+        )
+    return value
 
 
 def _port(value: Any, where: str) -> int | None:

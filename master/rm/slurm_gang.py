@@ -19,38 +19,65 @@ class Gang:
     slots_per_node: int
 
 
-def plan_gang(slots: int, node_slots: int) -> Gang:
+def plan_gang(slots: int, node_slots: int, slots_per_node: int | None = None) -> Gang:
     """One node when the slots fit on one (or a node's size is unknown: Slurm then judges the
     request); else the fewest nodes over which the slots split evenly, so that every node runs
-    the same number of workers (6 slots on 4-GPU nodes: 2 nodes of 3)."""
-    if slots <= node_slots or node_slots <= 0:
+    the same number of workers (6 slots on 4-GPU nodes: 2 nodes of 3). The experiment's
+    `slurm.slots_per_node` caps a node's share below what the node has (2 slots, at most 1 a
+    node: 2 nodes of 1, even on 2-GPU nodes)."""
+    per_node = node_slots
+    if slots_per_node is not None:
+        per_node = min(node_slots, slots_per_node) if node_slots > 0 else slots_per_node
+    if slots <= per_node or per_node <= 0:
         return Gang(1, slots)
-    nodes = -(-slots // node_slots)
+    nodes = -(-slots // per_node)
     while slots % nodes:
         nodes += 1
     return Gang(nodes, slots // nodes)
 
 
-def never_fits(gang: Gang, slots: int, partition: str, partition_nodes: int) -> str | None:
+def never_fits(
+    gang: Gang,
+    slots: int,
+    partition: str,
+    partition_nodes: int,
+    slots_per_node: int | None = None,
+) -> str | None:
     """Why the gang can never run on this partition, or None. Slurm itself accepts more
     nodes than a partition has and leaves the job pending (PartitionConfig) forever."""
     if gang.nodes <= 1 or gang.nodes <= partition_nodes:
         return None
+    cap = f" (slurm.slots_per_node: {slots_per_node})" if slots_per_node is not None else ""
     return (
-        f"{slots} slots need {gang.nodes} nodes of {gang.slots_per_node} slot(s) each, and "
-        f"Slurm partition {partition} has {partition_nodes} node(s)"
+        f"{slots} slots need {gang.nodes} nodes of {gang.slots_per_node} slot(s) each{cap}, "
+        f"and Slurm partition {partition} has {partition_nodes} node(s)"
     )
 
 
-def gang_sbatch_args(gang: Gang, slot_type: str, gres_supported: bool) -> list[str]:
-    """sbatch's node, task and per-node resource arguments for a gang of several nodes."""
+def one_node_never_fits(kind: str, slots: int, slots_per_node: int | None) -> str | None:
+    """Why a command, notebook or shell (one node: only trials span nodes) can never run
+    under its own `slurm.slots_per_node`, or None."""
+    if slots_per_node is None or slots <= slots_per_node:
+        return None
+    return (
+        f"slurm.slots_per_node is {slots_per_node} but the {kind} needs {slots} slots on its "
+        "one node (only trials span nodes)"
+    )
+
+
+def gang_sbatch_args(
+    gang: Gang, slot_type: str, gres_supported: bool, gpu_type: str | None = None
+) -> list[str]:
+    """sbatch's node, task and per-node resource arguments for a gang of several nodes (typed
+    GPUs with the experiment's `slurm.gpu_type`)."""
     n, k = gang.nodes, gang.slots_per_node
+    typed = f"{gpu_type}:{k}" if gpu_type else str(k)
     if slot_type == "cpu":
         per_node = f"--cpus-per-task={k}"
     elif gres_supported:
-        per_node = f"--gres=gpu:{k}"  # --gres counts per node
+        per_node = f"--gres=gpu:{typed}"  # --gres counts per node
     else:
-        per_node = f"--gpus-per-node={k}"
+        per_node = f"--gpus-per-node={typed}"
     return [f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1", per_node]
 
 

@@ -87,8 +87,10 @@ def test_create_overrides_test_mode_and_warnings(cluster: Cluster) -> None:
     cfg = write(cluster, "forms.yaml", config)
     test = cluster.det("experiment", "create", "--validate-only", cfg, str(SCRIPTS))
     assert "valid (nothing was created)" in test.stdout
-    for key in ("slurm", "profiling", "environment.proxy_ports"):
+    for key in ("profiling", "environment.proxy_ports"):
         assert f"warning: {key} is accepted but not honoured" in test.stderr
+    # The slurm: section is honoured on Slurm pools only; this master's pool is its agents'.
+    assert "warning: slurm is accepted but ignored: resource pool 'default'" in test.stderr
     assert cluster.det_json("experiment", "list", "--all") == []
     bad = write(cluster, "bad.yaml", {**config, "max_restarts": -1})
     r = cluster.det("experiment", "create", "--validate-only", bad, str(SCRIPTS), check=False)

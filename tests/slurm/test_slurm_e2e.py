@@ -247,7 +247,8 @@ def test_the_master_keeps_track_of_its_jobs_across_a_slurmctld_restart(
     )
     # the master sees squeue fail for a while (and concludes nothing), then Slurm is back
     wait_for(lambda: "squeue failed" in c.read_log("master"), 30, what="the master to notice")
-    # Its own port again: `up` without --port would write the default one (another run's Slurm)
+    # Started again on this run's own port (DET_TEST_SLURM_PORT): `up` rewrites slurm.conf, and
+    # the default port may be another run's slurmctld ("Address already in use").
     up = ["bash", str(ROOT / "scripts/slurm/up"), str(root), "--port", SLURM_PORT]
     subprocess.run(up, check=True)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)

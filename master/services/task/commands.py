@@ -147,7 +147,7 @@ def parse_command_config(body: dict[str, Any]) -> dict[str, Any]:
     config = body.get("config")
     if not isinstance(config, dict):
         raise BadRequest("config must be an object with an entrypoint", path="config")
-    from master.services.task.task_config import split
+    from master.services.task.task_config import split, task_slurm
 
     config, warnings = split(config, TaskType.COMMAND)
     description = config.get("description")
@@ -156,13 +156,15 @@ def parse_command_config(body: dict[str, Any]) -> dict[str, Any]:
             "description must be text of at most 256 characters", path="config.description"
         )
     resources, environment = parse_resources_environment(config)
+    slurm, more = task_slurm(config, resources["resource_pool"])
     return {
         "entrypoint": _entrypoint(config.get("entrypoint")),
         "resources": resources,
         "environment": environment,
         "bind_mounts": parse_task_bind_mounts(config.get("bind_mounts")),
         "description": description,
-        "warnings": warnings,
+        "slurm": slurm,
+        "warnings": warnings + more,
     }
 
 
@@ -187,6 +189,7 @@ def create_command(
             "entrypoint": config["entrypoint"],
             "environment": config["environment"],
             "bind_mounts": config["bind_mounts"],
+            "slurm": config["slurm"],
         },
     )
     add_with_context(task, context)

@@ -21,7 +21,7 @@ from master.errors import BadRequest
 from master.models import Task
 from master.services.queue.kicker import request_schedule
 from master.services.task.commands import parse_resources_environment, parse_task_bind_mounts
-from master.services.task.task_config import split
+from master.services.task.task_config import split, task_slurm
 from master.services.task.task_context import Upload, add_with_context
 from master.services.transitions import born
 from master.states import TaskState, TaskType
@@ -67,6 +67,7 @@ def parse_notebook_config(body: dict[str, Any]) -> dict[str, Any]:
             path="config.notebook_idle_type",
         )
     resources, environment = parse_resources_environment(config)
+    slurm, more = task_slurm(config, resources["resource_pool"])
     return {
         "description": description,
         "resources": resources,
@@ -74,7 +75,8 @@ def parse_notebook_config(body: dict[str, Any]) -> dict[str, Any]:
         "bind_mounts": parse_task_bind_mounts(config.get("bind_mounts")),
         "idle_timeout": parse_duration(config.get("idle_timeout"), "config.idle_timeout"),
         "notebook_idle_type": idle_type,
-        "warnings": warnings,
+        "slurm": slurm,
+        "warnings": warnings + more,
     }
 
 
@@ -159,6 +161,7 @@ def create_proxied_task(
             "service_env": {token_env: token},
             "idle_timeout": config.get("idle_timeout"),
             "notebook_idle_type": config.get("notebook_idle_type"),
+            "slurm": config.get("slurm"),
         },
     )
     add_with_context(task, context)

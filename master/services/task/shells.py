@@ -12,7 +12,7 @@ from master.errors import BadRequest
 from master.models import Task
 from master.services.task.commands import parse_resources_environment, parse_task_bind_mounts
 from master.services.task.notebooks import create_proxied_task, parse_duration
-from master.services.task.task_config import split
+from master.services.task.task_config import split, task_slurm
 from master.services.task.task_context import Upload
 from master.states import TaskType
 
@@ -30,13 +30,15 @@ def parse_shell_config(body: dict[str, Any]) -> dict[str, Any]:
             "description must be text of at most 256 characters", path="config.description"
         )
     resources, environment = parse_resources_environment(config)
+    slurm, more = task_slurm(config, resources["resource_pool"])
     return {
         "description": description,
         "resources": resources,
         "environment": environment,
         "bind_mounts": parse_task_bind_mounts(config.get("bind_mounts")),
         "idle_timeout": parse_duration(config.get("idle_timeout"), "config.idle_timeout"),
-        "warnings": warnings,
+        "slurm": slurm,
+        "warnings": warnings + more,
     }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from detlab.expconf import ConfigError
 from detlab.expconf._sections import parse_bind_mounts
+from detlab.expconf._slurm import parse_slurm_section
 from master.errors import BadRequest
 from master.states import TaskType
 
@@ -21,7 +22,7 @@ UNHONOURED: dict[str, str] = {
     "work_dir": "the task starts in its own work directory on the agent",
     "debug": "Determined's debug mode is not provided",
     "pbs": "detlab does not submit to PBS",
-    "slurm": "a task's own Slurm options are not applied (the Slurm resource manager's are)",
+    "slurm": "a TensorBoard is started with the Slurm resource manager's options only",
     "tensorboard_args": "TensorBoard runs with detlab's arguments (docs/tensorboard.md)",
     "environment.pod_spec": "a task's pod_spec is not applied (a trial's is, on Kubernetes)",
     "environment.ports": "proxies to other ports are not provided yet",
@@ -37,12 +38,16 @@ UNHONOURED: dict[str, str] = {
 }
 # Per task type: keys acted on, and keys accepted with a warning of their own.
 _HONOURED: dict[TaskType, set[str]] = {
-    TaskType.COMMAND: {"description", "entrypoint", "resources", "environment", "bind_mounts"},
+    TaskType.COMMAND: {
+        "description", "entrypoint", "resources", "environment", "bind_mounts", "slurm",
+    },
     TaskType.NOTEBOOK: {
         "description", "resources", "environment", "bind_mounts", "idle_timeout",
-        "notebook_idle_type",
+        "notebook_idle_type", "slurm",
     },
-    TaskType.SHELL: {"description", "resources", "environment", "bind_mounts", "idle_timeout"},
+    TaskType.SHELL: {
+        "description", "resources", "environment", "bind_mounts", "idle_timeout", "slurm",
+    },
     TaskType.TENSORBOARD: {"description", "resources", "environment", "idle_timeout"},
 }  # fmt: skip
 _OWN_WARNINGS: dict[TaskType, dict[str, str]] = {
@@ -85,7 +90,13 @@ def split(config: dict[str, Any], kind: TaskType) -> tuple[dict[str, Any], list[
     kept: dict[str, Any] = {}
     warnings: list[str] = []
     for key, value in config.items():
-        if key in honoured and key not in ("resources", "environment"):
+        if key == "slurm" and key in honoured:
+            # Checked here (a typo is a 400 naming it); applied on a Slurm pool only.
+            try:
+                kept[key] = parse_slurm_section(value)
+            except ConfigError as e:
+                raise BadRequest(str(e), path=f"config.{e.path}") from None
+        elif key in honoured and key not in ("resources", "environment"):
             kept[key] = value
         elif key in ("resources", "environment"):
             kept[key], more = _section(
@@ -103,6 +114,15 @@ def split(config: dict[str, Any], kind: TaskType) -> tuple[dict[str, Any], list[
         else:
             raise BadRequest(f"unknown key {key!r}", path=f"config.{key}")
     return kept, warnings
+
+
+def task_slurm(config: dict[str, Any], pool: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """A split config's `slurm:` section for the task's spec, and the warning when its pool is
+    not a Slurm partition (where it is ignored)."""
+    from master.rm.registry import slurm_warnings
+
+    section = config.get("slurm")
+    return section, slurm_warnings(pool, section)
 
 
 def _section(name: str, raw: Any, honoured: set[str]) -> tuple[Any, list[str]]:
