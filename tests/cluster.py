@@ -204,7 +204,12 @@ class Cluster:
         env.pop("DET_DB_URL", None)
         return env
 
-    def start_master(self) -> None:
+    def start_master(self, uid: int | None = None, gid: int | None = None) -> None:
+        """Start det-master, as the test's user or, with `uid`, as that unprivileged Unix
+        user (no supplementary groups; its data dir must be its own)."""
+        as_user: dict[str, Any] = {}
+        if uid is not None:
+            as_user = {"user": uid, "group": gid if gid is not None else uid, "extra_groups": []}
         args = [
             str(BIN / "det-master"),
             "--port",
@@ -221,7 +226,9 @@ class Cluster:
             cfg.write_text(self.master_yaml)
             args += ["--config", str(cfg)]
         log = open(self.tmp / "master.log", "ab")  # noqa: SIM115
-        self.master = subprocess.Popen(args, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
+        self.master = subprocess.Popen(
+            args, env=self.env(), stdout=log, stderr=subprocess.STDOUT, **as_user
+        )
         wait_for(self._healthy, 120, what="master health")
 
     def _healthy(self) -> bool:

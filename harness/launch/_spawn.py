@@ -250,16 +250,20 @@ def _supervise(
         codes = [p.poll() for p in procs]
         failed = [(i, c) for i, c in enumerate(codes) if c is not None and c != 0]
         if failed:
-            i, code = failed[0]
             if stopping["signal"] is None:
-                print(
-                    f"[launcher] worker rank {workers.base_rank + i} exited with code {code}: "
-                    "stopping the other workers",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                # Every worker found dead in this poll is named: the one that failed first
+                # often takes its peers down within milliseconds (a broken collective), and
+                # one poll cannot tell which went first, so naming only the lowest rank
+                # would blame a bystander for the failure.
+                for i, code in failed:
+                    print(
+                        f"[launcher] worker rank {workers.base_rank + i} exited with code "
+                        f"{code}: stopping the other workers",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             _stop_all(procs)
-            return _exit_code(code)
+            return _exit_code(failed[0][1])
         if all(c == 0 for c in codes):
             return 0
         if any(c == 0 for c in codes):

@@ -24,8 +24,18 @@ LOST = 255  # ssh's status when the connection, not the remote command, failed
 
 
 def _size() -> tuple[int, int]:
-    size = shutil.get_terminal_size((80, 24))
-    return size.lines, size.columns
+    # The terminal's own size first, as ssh does: shutil.get_terminal_size prefers $COLUMNS and
+    # $LINES, which go stale at the first resize and which some environments export (pytest-xdist
+    # workers export 80x24), so the remote shell stayed 24x80 in a 31x97 terminal.
+    for stream in (sys.stdout, sys.stdin, sys.stderr):
+        try:
+            size = os.get_terminal_size(stream.fileno())
+        except (AttributeError, ValueError, OSError):
+            continue
+        if size.lines > 0 and size.columns > 0:
+            return size.lines, size.columns
+    fallback = shutil.get_terminal_size((80, 24))
+    return fallback.lines, fallback.columns
 
 
 def session_url(ws_base: str, command: list[str] | None) -> str:

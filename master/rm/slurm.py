@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from master.db import db, utcnow
 from master.models import Allocation, Task
 from master.rm import slurm_cli as cli
 from master.rm import slurm_gang as gangs
+from master.rm import slurm_handover as handover
 from master.rm import slurm_health as health
 from master.rm import slurm_podman as podman
 from master.rm.backoff import next_backoff
@@ -68,20 +68,6 @@ def run_cli(argv: list[str]) -> subprocess.CompletedProcess[str]:
         )
 
 
-@dataclass
-class _Health:
-    # Pool -> what is wrong with its partition (down or drained nodes), from the last sinfo.
-    pool_notes: dict[str, str] = field(default_factory=dict)
-    # Pool -> its partition as the last sinfo showed it (how many nodes, how big): how many
-    # nodes a trial spans is decided from it when the trial is submitted.
-    partitions: dict[str, cli.PartitionRow] = field(default_factory=dict)
-    failing: str | None = None  # the Slurm failure logged, until a command works again
-    # After an sbatch that failed because Slurm did not answer: submissions wait until
-    # `hold_until` (time.monotonic), `backoff_s` doubling while the failures go on.
-    backoff_s: float | None = None
-    hold_until: float = 0.0
-
-
 class SlurmResourceManager:
     type = "slurm"
     queues_itself = True
@@ -101,7 +87,7 @@ class SlurmResourceManager:
         # An RM object lives for one call (registry.py builds it): what must outlast it is kept
         # with the app.
         store = current_app.extensions.setdefault("detlab.slurm", {})
-        self.health: _Health = store.setdefault(name, _Health())
+        self.health: health.Health = store.setdefault(name, health.Health())
         self.pool_notes = self.health.pool_notes
 
     def _failed(self, what: str, stderr: str) -> str:
@@ -130,6 +116,11 @@ class SlurmResourceManager:
             for pool in pools:
                 self.pool_notes[pool] = f"{self.health.failing}; asking Slurm again in {wait:.0f} s"
             return []
+        problem = self._storage_problem()
+        if problem:  # nothing submitted (no restart spent) until the storage is fixed
+            for pool in pools:
+                self._note(pool, problem)
+            return []
         out = run_cli(list(cli.SINFO_ARGV))
         if out.returncode != 0:
             line = self._failed("sinfo", out.stderr)
@@ -149,6 +140,15 @@ class SlurmResourceManager:
             total = cli.partition_slots(row, self.cfg.slot_type_of(pool))
             views.append(AgentView(id=f"{self.agent_id}:{pool}", pool=pool, free=(), total=total))
         return views
+
+    def _storage_problem(self) -> str | None:
+        """A master that is not root submitting through sudo hands each job directory over by
+        ACLs (master/rm/slurm_handover.py): job_storage_root must allow it."""
+        if self.health.storage_ok or os.geteuid() == 0 or not self.cfg.sudo_authorized:
+            return None
+        problem = handover.storage_problem(Path(self.cfg.job_storage_root))
+        self.health.storage_ok = problem is None
+        return problem
 
     def _note(self, pool: str, note: str | None) -> None:
         if note == self.pool_notes.get(pool):
@@ -191,10 +191,17 @@ class SlurmResourceManager:
         job_dir = self.job_dir(alloc.id)
         u = spec.user
         user = cli.JobUser(u.unix_user, u.uid, u.gid) if u else cli.JobUser()
+        as_root = os.geteuid() == 0
+        try:
+            uid, sudo_user = handover.job_identity(self.cfg, user, as_root)
+        except KeyError as e:
+            write_line(alloc, str(e.args[0]))
+            allocation_exited(alloc, None, str(e.args[0]))
+            return alloc
         try:
             gpu = self.cfg.slot_type_of(pool) != "cpu" and slots > 0
             iface = self.cfg.rendezvous_interface_of(pool)
-            self._write_job(job_dir, spec.to_json(), user, gang.nodes, gpu, iface)
+            self._write_job(job_dir, spec.to_json(), user, uid, gang.nodes, gpu, iface)
         except OSError as e:
             allocation_exited(alloc, None, f"cannot write the Slurm job's files: {e}")
             return alloc
@@ -212,7 +219,7 @@ class SlurmResourceManager:
             gpu_type=section.get("gpu_type"),
             sbatch_args=tuple(section.get("sbatch_args") or ()),
         )
-        out = run_cli(cli.sbatch_argv(self.cfg, sub, user, as_root=os.geteuid() == 0))
+        out = run_cli(cli.sbatch_argv(self.cfg, sub, user, as_root=as_root))
         if out.returncode != 0:
             words = cli.slurm_words(out.stderr)
             if health.transient_failure(out.stderr):
@@ -236,6 +243,9 @@ class SlurmResourceManager:
             log_offset=0,
             awaits_harness=awaits,
             partition=pool,
+            # Whose the job's files must be (read_job_file), and as whom to scancel it.
+            job_uid=uid,
+            sudo_user=sudo_user,
         )
         nodes = f", {gang.nodes} nodes of {gang.slots_per_node} slot(s)" if gang.nodes > 1 else ""
         write_line(alloc, f"submitted to Slurm as job {job_id} (partition {pool}{nodes})")
@@ -278,6 +288,7 @@ class SlurmResourceManager:
         job_dir: Path,
         spec: dict[str, Any],
         user: cli.JobUser,
+        uid: int,
         nodes: int,
         gpu: bool,
         iface: str | None = None,
@@ -307,11 +318,7 @@ class SlurmResourceManager:
         (job_dir / cli.SCRIPT_FILE).chmod(0o700)
         # The job runs as the linked Unix user: the directory (where Slurm writes its output and
         # the job its status) and the spec with the session token become that user's alone.
-        # Only root can give files away; a master that is not root keeps them its own.
-        if user.uid is not None and os.geteuid() == 0:
-            gid = user.gid if user.gid is not None else user.uid
-            for path in (job_dir, job_dir / cli.SPEC_FILE, job_dir / cli.SCRIPT_FILE):
-                os.chown(path, user.uid, gid)
+        handover.give(job_dir, user, uid)
 
     # -- stopping ---------------------------------------------------------------------------
 
@@ -330,11 +337,14 @@ class SlurmResourceManager:
             set_container(alloc, self.agent_id, kill_sent=True)
 
     def _scancel(self, alloc: Allocation, signal: str | None = None) -> bool:
-        job_id = containers_of(alloc).get(self.agent_id, {}).get("slurm_job_id")
+        mine = containers_of(alloc).get(self.agent_id, {})
+        job_id = mine.get("slurm_job_id")
         if not job_id:
             return False
         argv = ["scancel", *(["--batch", f"--signal={signal}"] if signal else []), job_id]
-        out = run_cli(argv)
+        # A job submitted through `sudo -u` is that user's: only its owner (or Slurm's
+        # operators) may cancel it, so scancel goes through the same sudo.
+        out = run_cli(cli.as_user(self.cfg, mine.get("sudo_user")) + argv)
         if out.returncode != 0:
             log.warning("scancel %s failed: %s", job_id, out.stderr.strip())
         return out.returncode == 0
@@ -455,9 +465,24 @@ class SlurmResourceManager:
                 ),
             )
 
+    def _read(self, alloc: Allocation, name: str, offset: int = 0, limit: int = -1) -> bytes:
+        """A file the job wrote, read as untrusted (master/rm/slurm_handover.py); one it may not
+        be is refused once in the task's log and reads as missing."""
+        mine = containers_of(alloc).get(self.agent_id, {})
+        try:
+            return handover.read_job_file(
+                self.job_dir(alloc.id) / name, mine.get("job_uid"), offset, limit
+            )
+        except handover.UntrustedFile as e:
+            if not mine.get(f"refused_{name}"):
+                set_container(alloc, self.agent_id, **{f"refused_{name}": True})
+                write_line(alloc, f"[slurm] not reading the job's {name}: {e}")
+                log.warning("allocation %s: not reading its %s: %s", alloc.id, name, e)
+            raise FileNotFoundError(name) from e
+
     def _exit_status(self, alloc: Allocation) -> int | None:
         try:
-            return cli.parse_status((self.job_dir(alloc.id) / cli.STATUS_FILE).read_text())
+            return cli.parse_status(self._read(alloc, cli.STATUS_FILE).decode(errors="replace"))
         except OSError:
             return None
 
@@ -466,9 +491,7 @@ class SlurmResourceManager:
         allocation, so a restarted master neither loses nor repeats lines."""
         offset = int(containers_of(alloc).get(self.agent_id, {}).get("log_offset") or 0)
         try:
-            with open(self.job_dir(alloc.id) / cli.OUTPUT_FILE, "rb") as f:
-                f.seek(offset)
-                chunk = f.read(LOG_CHUNK_BYTES)
+            chunk = self._read(alloc, cli.OUTPUT_FILE, offset, LOG_CHUNK_BYTES)
         except OSError:
             return
         end = chunk.rfind(b"\n")

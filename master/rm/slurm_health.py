@@ -7,6 +7,8 @@ every tick (master/rm/slurm.py logs a munge failure once per outage)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from master.rm.slurm_cli import PartitionRow
 
 # Slurm's pending reasons that mean "the nodes this job could use are down or drained".
@@ -76,3 +78,21 @@ def transient_failure(stderr: str) -> bool:
     """True when sbatch failed because Slurm (or munge) did not answer: the allocation is
     requeued without spending the trial's restarts."""
     return munge_failure(stderr) is not None or any(t in stderr for t in _TRANSIENT)
+
+
+@dataclass
+class Health:
+    """What one Slurm resource manager remembers of Slurm's health between passes (kept with
+    the app: an RM object lives for one call)."""
+
+    # Pool -> what is wrong with its partition (down or drained nodes), from the last sinfo.
+    pool_notes: dict[str, str] = field(default_factory=dict)
+    # Pool -> its partition as the last sinfo showed it (how many nodes, how big): how many
+    # nodes a trial spans is decided from it when the trial is submitted.
+    partitions: dict[str, PartitionRow] = field(default_factory=dict)
+    failing: str | None = None  # the Slurm failure logged, until a command works again
+    storage_ok: bool = False  # a master that is not root can hand job directories over
+    # After an sbatch that failed because Slurm did not answer: submissions wait until
+    # `hold_until` (time.monotonic), `backoff_s` doubling while the failures go on.
+    backoff_s: float | None = None
+    hold_until: float = 0.0

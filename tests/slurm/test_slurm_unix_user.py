@@ -6,6 +6,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,3 +63,30 @@ def test_a_trial_runs_as_the_linked_unix_user(  # type: ignore[no-untyped-def]
     job_dir = next(p for p in (c.tmp / "slurm-jobs").iterdir() if p.is_dir())
     assert job_dir.stat().st_uid == unix_user.pw_uid
     assert (job_dir / "output.log").stat().st_uid == unix_user.pw_uid
+
+
+def test_a_job_cannot_make_the_root_master_read_a_file_for_it(  # type: ignore[no-untyped-def]
+    slurm: Path, cluster_factory, unix_user: pwd.struct_passwd
+) -> None:
+    """The job's user owns its job directory: it swaps its output.log for a link to a file only
+    root may read, which the master (root) must not ship into that user's logs."""
+    c = slurm_master(cluster_factory)
+    group = grp.getgrgid(unix_user.pw_gid).gr_name
+    c.det(
+        "user", "link-with-agent-user", "admin",
+        "--agent-uid", str(unix_user.pw_uid), "--agent-gid", str(unix_user.pw_gid),
+        "--agent-user", unix_user.pw_name, "--agent-group", group,
+    )  # fmt: skip
+    secret = c.tmp / "root-secret"
+    word = f"detlab-secret-{secrets.token_hex(8)}"
+    secret.write_text(word + "\n")
+    secret.chmod(0o600)
+    swap = f"cd .. && mv output.log output.old && ln -s {secret} output.log && sleep 4"
+    config = digits_config(
+        c, entrypoint=swap, max_restarts=0, resources={"slots_per_trial": 1, "resource_pool": "low"}
+    )
+    exp_id = submit(c, config, DIGITS)
+    c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
+    logs = "\n".join(c.logs(only_trial(c, exp_id)["id"]))
+    assert word not in logs
+    assert "not reading the job's output.log: output.log is a symbolic link" in logs, logs

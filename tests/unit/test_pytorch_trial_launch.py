@@ -115,3 +115,30 @@ def test_torch_launcher_fails_when_a_worker_fails(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 3
     assert "worker rank 1 exited with code 3" in r.stderr
+
+
+def test_workers_found_dead_in_one_poll_are_all_named(capsys: pytest.CaptureFixture[str]) -> None:
+    # Rank 1 fails and its broken collective takes rank 0 down within milliseconds: one poll of
+    # the launcher finds both dead, and the log must not name only rank 0 (a -n 2 suite run
+    # showed "worker rank 0 exited" for a failure injected in rank 1).
+    from harness.launch._spawn import _supervise
+
+    procs = [
+        subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"]) for code in (4, 1)
+    ]
+    for p in procs:
+        p.wait(timeout=60)
+    workers = Workers(
+        nproc=2,
+        base_rank=2,
+        world_size=4,
+        container_rank=1,
+        num_containers=2,
+        master_addr="127.0.0.1",
+        master_port=1,
+    )
+    rc = _supervise(procs, workers, {"signal": None})
+    err = capsys.readouterr().err
+    assert rc == 4
+    assert "[launcher] worker rank 2 exited with code 4" in err
+    assert "[launcher] worker rank 3 exited with code 1" in err
