@@ -1,14 +1,67 @@
-"""The digits experiment config the Slurm tests submit, in one place: a single-searcher trial of
-so many batches, validated every so many, of so many slots in one partition; optionally the
-slow variant (`slow_def:SlowDigits`, which sleeps between batches so that a test can act on
-a trial mid-run; it needs `model_dir(c.tmp)` as the model definition)."""
+"""What the Slurm tests set up, in one place: a master on the test Slurm (`slurm_master`); the
+digits experiment config they submit (`slurm_trial`: a single-searcher trial of so many
+batches, validated every so many, of so many slots in one partition; optionally the slow
+variant, `slow_def:SlowDigits`, which sleeps between batches so that a test can act on a trial
+mid-run; it needs `model_dir(c.tmp)` as the model definition); the admin's link to a Unix user;
+and the hostile job that swaps its output.log for a link to a secret."""
 
 from __future__ import annotations
 
+import grp
+import pwd
+import secrets
+from pathlib import Path
 from typing import Any
 
 from tests.cluster import Cluster
-from tests.integration.test_trial_api import digits_config
+from tests.integration.test_foundation import only_trial, submit
+from tests.integration.test_trial_api import DIGITS, digits_config
+
+
+def slurm_master(
+    cluster_factory: Any, tmp: str = "slurm-jobs", extra: str = "", start: bool = True
+) -> Cluster:
+    """A master whose resource manager is the test Slurm (pools `low` and `high`); `extra` adds
+    lines (two-space indented) to its `resource_manager` section."""
+    c: Cluster = cluster_factory(start=False)
+    jobs = c.tmp / tmp
+    jobs.mkdir()
+    c.master_yaml = f"""
+resource_manager:
+  type: slurm
+  job_storage_root: {jobs}
+  default_compute_resource_pool: low
+{extra}resource_pools: [{{pool_name: low}}, {{pool_name: high}}]
+"""
+    if start:
+        c.start_master()
+    return c
+
+
+def link_admin(c: Cluster, user: pwd.struct_passwd) -> None:
+    """`det user link-with-agent-user admin` to that Unix user and its primary group."""
+    c.det(
+        "user", "link-with-agent-user", "admin",
+        "--agent-uid", str(user.pw_uid), "--agent-gid", str(user.pw_gid),
+        "--agent-user", user.pw_name, "--agent-group", grp.getgrgid(user.pw_gid).gr_name,
+    )  # fmt: skip
+
+
+def assert_output_link_is_not_followed(c: Cluster, secret: Path) -> None:
+    """A job that swaps its output.log for a link to `secret` (a file the job's user may not
+    read, and the master may) never gets the secret's words into its logs."""
+    word = f"detlab-secret-{secrets.token_hex(8)}"
+    secret.write_text(word + "\n")
+    secret.chmod(0o600)
+    swap = f"cd .. && mv output.log output.old && ln -s {secret} output.log && sleep 4"
+    hostile = digits_config(
+        c, entrypoint=swap, max_restarts=0, resources={"slots_per_trial": 1, "resource_pool": "low"}
+    )
+    exp_id = submit(c, hostile, DIGITS)
+    c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
+    logs = "\n".join(c.logs(only_trial(c, exp_id)["id"]))
+    assert word not in logs
+    assert "not reading the job's output.log: output.log is a symbolic link" in logs, logs
 
 
 def slurm_trial(

@@ -14,25 +14,10 @@ import pytest
 from tests.cluster import ROOT, Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, metrics, model_dir, run_to_end
-from tests.slurm._configs import slurm_trial
+from tests.slurm._configs import slurm_master, slurm_trial
 from tests.slurm.conftest import SLURM_PORT
 
 pytestmark = pytest.mark.integration
-
-
-def slurm_master(cluster_factory, tmp: str = "slurm-jobs") -> Cluster:  # type: ignore[no-untyped-def]
-    c: Cluster = cluster_factory(start=False)
-    jobs = c.tmp / tmp
-    jobs.mkdir()
-    c.master_yaml = f"""
-resource_manager:
-  type: slurm
-  job_storage_root: {jobs}
-  default_compute_resource_pool: low
-resource_pools: [{{pool_name: low}}, {{pool_name: high}}]
-"""
-    c.start_master()
-    return c
 
 
 def squeue(job_comment_alloc: str) -> str:

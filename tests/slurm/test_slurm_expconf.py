@@ -15,26 +15,12 @@ import pytest
 from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import submit
 from tests.integration.test_trial_api import DIGITS, digits_config
+from tests.slurm._configs import slurm_master
 from tests.slurm.test_slurm_e2e import slurm_job_line
 
 pytestmark = pytest.mark.integration
 DONE = {"COMPLETED", "ERROR", "CANCELED"}
 VALIDATION = {"name": "single", "metric": "validation_accuracy", "smaller_is_better": False}
-
-
-def master(cluster_factory: Any, extra: str = "") -> Cluster:
-    c: Cluster = cluster_factory(start=False)
-    jobs = c.tmp / "slurm-jobs"
-    jobs.mkdir()
-    c.master_yaml = f"""
-resource_manager:
-  type: slurm
-  job_storage_root: {jobs}
-  default_compute_resource_pool: low
-{extra}resource_pools: [{{pool_name: low}}, {{pool_name: high}}]
-"""
-    c.start_master()
-    return c
 
 
 def scontrol(job_id: str) -> str:
@@ -62,7 +48,7 @@ def run_command(c: Cluster, config: dict[str, Any], want: str) -> tuple[dict[str
 
 
 def test_sbatch_args_and_gpu_type_reach_the_job(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    c = master(cluster_factory)
+    c = slurm_master(cluster_factory)
     config = digits_config(
         c,
         searcher={**VALIDATION, "max_length": {"batches": 50}},
@@ -82,7 +68,7 @@ def test_sbatch_args_and_gpu_type_reach_the_job(slurm: Path, cluster_factory) ->
 
 
 def test_a_gpu_type_the_partition_lacks_never_fits(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    c = master(cluster_factory)
+    c = slurm_master(cluster_factory)
     done, lines = run_command(
         c,
         {
@@ -96,7 +82,7 @@ def test_a_gpu_type_the_partition_lacks_never_fits(slurm: Path, cluster_factory)
 
 
 def test_an_owned_option_is_refused_with_its_path(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    c = master(cluster_factory)
+    c = slurm_master(cluster_factory)
     config = digits_config(
         c,
         resources={"slots_per_trial": 1, "resource_pool": "low"},
@@ -117,7 +103,7 @@ def test_an_owned_option_is_refused_with_its_path(slurm: Path, cluster_factory) 
 
 
 def test_slots_per_node_beyond_the_partition_never_fits(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    c = master(cluster_factory)
+    c = slurm_master(cluster_factory)
     config = digits_config(
         c,
         "distributed.yaml",
@@ -138,7 +124,7 @@ def test_slots_per_node_beyond_the_partition_never_fits(slurm: Path, cluster_fac
 def test_the_rendezvous_interface_gives_the_chief_address(
     on_two_nodes: Path, cluster_factory
 ) -> None:  # type: ignore[no-untyped-def]
-    c = master(cluster_factory, "  rendezvous_network_interface: lo\n")
+    c = slurm_master(cluster_factory, extra="  rendezvous_network_interface: lo\n")
     config = digits_config(
         c,
         "distributed.yaml",
@@ -162,7 +148,7 @@ def test_the_rendezvous_interface_gives_the_chief_address(
 
 
 def test_an_interface_the_node_lacks_fails_the_job_naming_it(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]
-    c = master(cluster_factory, "  rendezvous_network_interface: detlabnope0\n")
+    c = slurm_master(cluster_factory, extra="  rendezvous_network_interface: detlabnope0\n")
     done, lines = run_command(
         c,
         {"entrypoint": ["true"], "resources": {"slots": 1, "resource_pool": "low"}},

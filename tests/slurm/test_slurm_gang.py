@@ -17,8 +17,8 @@ import pytest
 from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, metrics, model_dir, run_to_end
-from tests.slurm._configs import slurm_trial
-from tests.slurm.test_slurm_e2e import job_state, slurm_job_line, slurm_master
+from tests.slurm._configs import slurm_master, slurm_trial
+from tests.slurm.test_slurm_e2e import job_state, slurm_job_line
 
 pytestmark = pytest.mark.integration
 

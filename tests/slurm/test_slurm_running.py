@@ -11,8 +11,7 @@ import pytest
 from tests.cluster import wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS
-from tests.slurm._configs import slurm_trial
-from tests.slurm.test_slurm_e2e import slurm_master
+from tests.slurm._configs import slurm_master, slurm_trial
 
 pytestmark = pytest.mark.integration
 

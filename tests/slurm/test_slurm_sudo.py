@@ -6,10 +6,8 @@ running as the service user, the one-node test Slurm."""
 
 from __future__ import annotations
 
-import grp
 import os
 import pwd
-import secrets
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ import pytest
 from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, digits_config, metrics, model_dir
+from tests.slurm._configs import assert_output_link_is_not_followed, link_admin
 from tests.slurm.test_slurm_e2e import slurm_job_line
 
 pytestmark = pytest.mark.integration
@@ -105,12 +104,7 @@ resource_manager:
 resource_pools: [{{pool_name: low}}, {{pool_name: high}}]
 """
     c.start_master(uid=svc.pw_uid, gid=svc.pw_gid)
-    job = users.job
-    c.det(
-        "user", "link-with-agent-user", "admin",
-        "--agent-uid", str(job.pw_uid), "--agent-gid", str(job.pw_gid),
-        "--agent-user", job.pw_name, "--agent-group", grp.getgrgid(job.pw_gid).gr_name,
-    )  # fmt: skip
+    link_admin(c, users.job)
     return c, jobs
 
 
@@ -228,19 +222,9 @@ def test_the_token_is_the_job_users_alone_pause_and_kill_reach_its_job(  # type:
     # A hostile job replaces its output.log by a link to a file only the master may read:
     # the master must not ship that file into the job user's logs.
     secret = c.data_dir / "secret"
-    word = f"detlab-secret-{secrets.token_hex(8)}"
-    secret.write_text(word + "\n")
+    secret.touch()
     os.chown(secret, users.service.pw_uid, users.service.pw_gid)
-    secret.chmod(0o600)
-    swap = f"cd .. && mv output.log output.old && ln -s {secret} output.log && sleep 4"
-    hostile = digits_config(
-        c, entrypoint=swap, max_restarts=0, resources={"slots_per_trial": 1, "resource_pool": "low"}
-    )
-    exp_id = submit(c, hostile, DIGITS)
-    c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
-    logs = "\n".join(c.logs(only_trial(c, exp_id)["id"]))
-    assert word not in logs
-    assert "not reading the job's output.log: output.log is a symbolic link" in logs, logs
+    assert_output_link_is_not_followed(c, secret)
 
 
 def test_a_job_storage_root_the_service_user_cannot_use_holds_the_queue_with_the_reason(  # type: ignore[no-untyped-def]

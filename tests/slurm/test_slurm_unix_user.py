@@ -3,10 +3,8 @@ job directory is that user's, the spec with the session token readable by that u
 
 from __future__ import annotations
 
-import grp
 import os
 import pwd
-import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, digits_config
-from tests.slurm.test_slurm_e2e import slurm_master
+from tests.slurm._configs import assert_output_link_is_not_followed, link_admin, slurm_master
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +37,7 @@ def test_a_trial_runs_as_the_linked_unix_user(  # type: ignore[no-untyped-def]
     slurm: Path, cluster_factory, unix_user: pwd.struct_passwd
 ) -> None:
     c = slurm_master(cluster_factory)
-    group = grp.getgrgid(unix_user.pw_gid).gr_name
-    c.det(
-        "user", "link-with-agent-user", "admin",
-        "--agent-uid", str(unix_user.pw_uid), "--agent-gid", str(unix_user.pw_gid),
-        "--agent-user", unix_user.pw_name, "--agent-group", group,
-    )  # fmt: skip
+    link_admin(c, unix_user)
     # The job reports who it is and how its spec file is held (the workdir is in the job dir).
     probe = 'echo "job-user=$(id -un) spec=$(stat -c %U:%a ../spec.json) dir=$(stat -c %U:%a ..)"'
     config = digits_config(
@@ -71,22 +64,5 @@ def test_a_job_cannot_make_the_root_master_read_a_file_for_it(  # type: ignore[n
     """The job's user owns its job directory: it swaps its output.log for a link to a file only
     root may read, which the master (root) must not ship into that user's logs."""
     c = slurm_master(cluster_factory)
-    group = grp.getgrgid(unix_user.pw_gid).gr_name
-    c.det(
-        "user", "link-with-agent-user", "admin",
-        "--agent-uid", str(unix_user.pw_uid), "--agent-gid", str(unix_user.pw_gid),
-        "--agent-user", unix_user.pw_name, "--agent-group", group,
-    )  # fmt: skip
-    secret = c.tmp / "root-secret"
-    word = f"detlab-secret-{secrets.token_hex(8)}"
-    secret.write_text(word + "\n")
-    secret.chmod(0o600)
-    swap = f"cd .. && mv output.log output.old && ln -s {secret} output.log && sleep 4"
-    config = digits_config(
-        c, entrypoint=swap, max_restarts=0, resources={"slots_per_trial": 1, "resource_pool": "low"}
-    )
-    exp_id = submit(c, config, DIGITS)
-    c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=120)
-    logs = "\n".join(c.logs(only_trial(c, exp_id)["id"]))
-    assert word not in logs
-    assert "not reading the job's output.log: output.log is a symbolic link" in logs, logs
+    link_admin(c, unix_user)
+    assert_output_link_is_not_followed(c, c.tmp / "root-secret")
