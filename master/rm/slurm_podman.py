@@ -81,8 +81,8 @@ def podman_prefix(spec: dict[str, Any], job_dir: str, code_root: str, lib: str, 
     ]
     argv += [f"--volume={v}" for v in _volumes(spec, job_dir, code_root, lib)]
     limits = (
-        '--user="$(id -u):$(id -g)" --ulimit=nofile="$(ulimit -Sn):$(ulimit -Hn)" '
-        '--ulimit=nproc="$(detlab_nproc)"'
+        '"${detlab_userns[@]}" --user="$(id -u):$(id -g)" '
+        '--ulimit=nofile="$(ulimit -Sn):$(ulimit -Hn)" --ulimit=nproc="$(detlab_nproc)"'
     )
     image = image_of(spec.get("environment") or {}, gpu)
     # `--`: an image named like an option ("--privileged") is an image, never an option.
@@ -101,12 +101,36 @@ def preamble(spec: dict[str, Any]) -> str:
     gives the process limit (see podman_prefix)."""
     ckpt = _checkpoint_dir(spec)
     mkdir = f"mkdir -p -- {shlex.quote(ckpt)}\n" if ckpt else ""
-    return mkdir + NPROC_FUNCTION
+    return mkdir + NPROC_FUNCTION + ROOTLESS_FUNCTION + "detlab_rootless\n"
 
 
 NPROC_FUNCTION = """detlab_nproc() {
   local n m; n=$(ulimit -Hu); m=$(cat /proc/sys/kernel/pid_max)
   if [ "$n" = unlimited ] || [ "$n" -gt "$m" ]; then n=$m; fi
   echo "$n:$n"
+}
+"""
+
+# A rootless Podman needs a HOME (its configuration and image store are found there, as for a
+# login) and an XDG_RUNTIME_DIR of its own (its locks and the container's state): the job's
+# --export=NONE environment has neither. /run/user/UID is used when the node's logind made it;
+# otherwise a private directory under TMPDIR, refused if it is not a directory the job user owns
+# (another user could have made it first to read the containers' state). A refusal is printed
+# and Podman's own error then ends the job with it in the trial's log.
+ROOTLESS_FUNCTION = """detlab_rootless() {
+  detlab_userns=()
+  local uid d; uid=$(id -u)
+  [ "$uid" -eq 0 ] && return 0
+  detlab_userns=(--userns=keep-id)
+  [ -n "${HOME:-}" ] || export HOME="$(getent passwd "$uid" | cut -d: -f6)"
+  d=${XDG_RUNTIME_DIR:-/run/user/$uid}
+  if [ ! -d "$d" ] || [ -L "$d" ] || [ "$(stat -c %u "$d")" != "$uid" ]; then
+    d=${TMPDIR:-/tmp}/detlab-run-$uid
+    mkdir -m 700 -p -- "$d" 2>/dev/null
+  fi
+  if [ ! -d "$d" ] || [ -L "$d" ] || [ "$(stat -c %u:%a "$d")" != "$uid:700" ]; then
+    echo "[slurm] no runtime directory of user $uid for rootless podman: $d" >&2
+  fi
+  export XDG_RUNTIME_DIR=$d
 }
 """

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,7 +78,7 @@ def test_bind_mounts_land_where_configured_and_clashes_are_refused() -> None:
 def test_the_preamble_creates_the_checkpoint_dir_and_caps_nproc_at_pid_max() -> None:
     text = podman.preamble(_spec())
     assert "mkdir -p -- '/ckpt dir'" in text
-    assert "mkdir" not in podman.preamble(_spec(checkpoint_storage={}))
+    assert "mkdir -p --" not in podman.preamble(_spec(checkpoint_storage={}))
     out = subprocess.run(
         ["bash", "-c", text.replace("mkdir -p -- '/ckpt dir'", "") + "detlab_nproc"],
         capture_output=True,
@@ -86,6 +88,32 @@ def test_the_preamble_creates_the_checkpoint_dir_and_caps_nproc_at_pid_max() -> 
     soft, hard = out.split(":")
     with open("/proc/sys/kernel/pid_max") as f:
         assert soft == hard and int(hard) <= int(f.read())
+
+
+def _rootless(tmp_path: Path, uid: int, runtime: str = "") -> list[str]:
+    """detlab_rootless as a job of `uid` would run it (`id` faked: the tests run as root)."""
+    script = (
+        f"id() {{ echo {uid}; }}\n{podman.ROOTLESS_FUNCTION}detlab_rootless\n"
+        'echo "userns=${detlab_userns[*]}"; echo "run=$XDG_RUNTIME_DIR"'
+    )
+    env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path), "HOME": "/h"}
+    if runtime:
+        env["XDG_RUNTIME_DIR"] = runtime
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+    return (out.stdout + out.stderr).splitlines()
+
+
+def test_a_non_root_job_gets_keep_id_and_a_runtime_dir_of_its_own(tmp_path: Path) -> None:
+    assert _rootless(tmp_path, 0) == ["userns=", "run="]
+    mine = tmp_path / "detlab-run-4242"
+    mine.mkdir(mode=0o700)
+    os.chown(mine, 4242, 4242)
+    assert _rootless(tmp_path, 4242) == ["userns=--userns=keep-id", f"run={mine}"]
+    # one another user made first (here root) is refused, and so is an XDG_RUNTIME_DIR not ours
+    theirs = tmp_path / "detlab-run-4343"
+    theirs.mkdir(mode=0o700)
+    lines = _rootless(tmp_path, 4343, runtime=str(tmp_path))
+    assert f"[slurm] no runtime directory of user 4343 for rootless podman: {theirs}" in lines
 
 
 def test_the_batch_script_runs_the_launcher_through_the_prefix() -> None:
