@@ -5,7 +5,6 @@ without each pulling its own copy; the checkpoints the container writes are the 
 
 from __future__ import annotations
 
-import grp
 import os
 import pwd
 import re
@@ -17,6 +16,7 @@ import pytest
 
 from tests.integration.test_foundation import submit
 from tests.integration.test_trial_api import DIGITS, digits_config, metrics
+from tests.slurm._configs import link_admin, slurm_master
 from tests.slurm.test_slurm_podman import podman_image  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
@@ -123,26 +123,12 @@ def test_a_digits_trial_runs_in_rootless_podman_as_the_job_user(  # type: ignore
     slurm: Path, shared_image: str, podman_user: pwd.struct_passwd, cluster_factory
 ) -> None:
     user = podman_user
-    c = cluster_factory(start=False)
-    jobs = c.tmp / "slurm-jobs"
-    jobs.mkdir()
+    c = slurm_master(cluster_factory, extra="  container_run_type: podman\n", start=False)
     c.ckpt_dir.mkdir()  # the trial writes its checkpoints as the job user
     os.chown(c.ckpt_dir, user.pw_uid, user.pw_gid)
     c.ckpt_dir.chmod(0o700)
-    c.master_yaml = f"""
-resource_manager:
-  type: slurm
-  job_storage_root: {jobs}
-  container_run_type: podman
-  default_compute_resource_pool: low
-resource_pools: [{{pool_name: low}}, {{pool_name: high}}]
-"""
     c.start_master()  # as root: Slurm gets --uid/--gid of the linked user
-    c.det(
-        "user", "link-with-agent-user", "admin",
-        "--agent-uid", str(user.pw_uid), "--agent-gid", str(user.pw_gid),
-        "--agent-user", user.pw_name, "--agent-group", grp.getgrgid(user.pw_gid).gr_name,
-    )  # fmt: skip
+    link_admin(c, user)
     model = c.tmp / "marked-model"
     model.mkdir()
     shutil.copy(DIGITS / "model_def.py", model / "model_def.py")
