@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from agent.images import default_image
 from tests.cluster import ROOT, Cluster
 from tests.integration.test_foundation import submit
 from tests.integration.test_trial_api import DIGITS, digits_config, metrics
+from tests.slurm._configs import slurm_trial
 
 pytestmark = pytest.mark.integration
 
@@ -62,28 +64,34 @@ resource_pools: [{{pool_name: low}}, {{pool_name: high}}]
     return c
 
 
+def marked_model(c: Cluster, marker: str = MARKER_DEF) -> Path:
+    """The digits model definition with `marker` (a marked_def.py) beside it."""
+    model = c.tmp / "marked-model"
+    model.mkdir()
+    shutil.copy(DIGITS / "model_def.py", model / "model_def.py")
+    (model / "marked_def.py").write_text(marker)
+    return model
+
+
+def podman_trial(c: Cluster, image: str, **over: Any) -> str:
+    """A 100-batch marked digits trial in `image`."""
+    return slurm_trial(
+        c,
+        batches=100,
+        validate_every=100,
+        entrypoint="marked_def:MarkedDigits",
+        environment={"image": image},
+        **over,
+    )
+
+
 def test_a_digits_trial_runs_in_a_podman_container_to_completed(  # type: ignore[no-untyped-def]
     slurm: Path, podman_image: str, cluster_factory
 ) -> None:
     c = _podman_master(cluster_factory)
-    model = c.tmp / "marked-model"
-    model.mkdir()
-    shutil.copy(DIGITS / "model_def.py", model / "model_def.py")
-    (model / "marked_def.py").write_text(MARKER_DEF)
-    config = digits_config(
-        c,
-        entrypoint="marked_def:MarkedDigits",
-        # the test Slurm's slots are (fake) GPUs, whose default image is the CUDA one
-        environment={"image": podman_image},
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 100},
-        },
-        min_validation_period={"batches": 100},
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    model = marked_model(c)
+    # the test Slurm's slots are (fake) GPUs, whose default image is the CUDA one
+    config = podman_trial(c, podman_image)
     exp_id = submit(c, config, model)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)

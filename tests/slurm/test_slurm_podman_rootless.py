@@ -8,16 +8,15 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.integration.test_foundation import submit
-from tests.integration.test_trial_api import DIGITS, digits_config, metrics
+from tests.integration.test_trial_api import metrics
 from tests.slurm._configs import link_admin, slurm_master
-from tests.slurm.test_slurm_podman import podman_image  # noqa: F401 (a fixture)
+from tests.slurm.test_slurm_podman import marked_model, podman_image, podman_trial  # noqa: F401 (podman_image: a fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -129,24 +128,8 @@ def test_a_digits_trial_runs_in_rootless_podman_as_the_job_user(  # type: ignore
     c.ckpt_dir.chmod(0o700)
     c.start_master()  # as root: Slurm gets --uid/--gid of the linked user
     link_admin(c, user)
-    model = c.tmp / "marked-model"
-    model.mkdir()
-    shutil.copy(DIGITS / "model_def.py", model / "model_def.py")
-    (model / "marked_def.py").write_text(MARKER_DEF)
-    config = digits_config(
-        c,
-        entrypoint="marked_def:MarkedDigits",
-        environment={"image": shared_image},
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 100},
-        },
-        min_validation_period={"batches": 100},
-        max_restarts=0,
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    model = marked_model(c, MARKER_DEF)
+    config = podman_trial(c, shared_image, max_restarts=0)
     exp_id = submit(c, config, model)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
     trial = d["trials"][0]

@@ -17,7 +17,7 @@ import pytest
 from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, digits_config, metrics, model_dir
-from tests.slurm._configs import assert_output_link_is_not_followed, link_admin
+from tests.slurm._configs import assert_output_link_is_not_followed, link_admin, slurm_trial
 from tests.slurm.test_slurm_e2e import slurm_job_line
 
 pytestmark = pytest.mark.integration
@@ -131,18 +131,7 @@ def test_a_service_user_master_runs_a_digits_trial_as_the_linked_user(  # type: 
     slurm: Path, cluster_factory, users: Users
 ) -> None:
     c, jobs = sudo_master(cluster_factory, users)
-    config = digits_config(
-        c,
-        searcher={
-            "name": "single",
-            "metric": "validation_accuracy",
-            "smaller_is_better": False,
-            "max_length": {"batches": 100},
-        },
-        min_validation_period={"batches": 100},
-        max_restarts=0,
-        resources={"slots_per_trial": 1, "resource_pool": "low"},
-    )
+    config = slurm_trial(c, batches=100, validate_every=100, max_restarts=0)
     exp_id = submit(c, config, DIGITS)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id) + c.read_log("master")
