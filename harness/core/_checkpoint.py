@@ -47,12 +47,14 @@ class CheckpointContext:
         distributed: DistributedContext,
         client: Client | None = None,
         trial_id: int | None = None,
+        flush_reports: Callable[[], object] | None = None,
     ) -> None:
         self._storage_factory = storage
         self._storage: StorageManager | None = None
         self._dist = distributed
         self._client = client
         self._trial_id = trial_id
+        self._flush_reports = flush_reports
 
     @property
     def storage(self) -> StorageManager:
@@ -94,6 +96,12 @@ class CheckpointContext:
             logger.info("checkpoint %s stored at %s", uuid, storage.location(uuid))
             return
         resources = self._resources(uuid)
+        # The metrics reported before this checkpoint reach the master first: a trial that
+        # dies after registering it resumes from it and never reports them again, so a
+        # validation still in the shipper's queue would be lost for good (seen: a Slurm job
+        # killed right after its batch-200 checkpoint lost the batch-200 validation).
+        if self._flush_reports is not None:
+            self._flush_reports()
         # Rides out a master restart (the session's DET_MASTER_OUTAGE_S): a repeat of a
         # registration that landed (its reply lost) answers the stored record.
         client.report_checkpoint(uuid, trial_id, meta["steps_completed"], meta, resources)

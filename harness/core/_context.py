@@ -190,7 +190,7 @@ def init(
     )
     train = TrainContext(shipper, dist, client, trial_id, tensorboard, mode)
     return Context(
-        checkpoint=CheckpointContext(storage, dist, client, trial_id),
+        checkpoint=CheckpointContext(storage, dist, client, trial_id, train.flush),
         distributed=dist,
         preempt=PreemptContext(client, info.allocation_id, dist, preempt_mode, orphaned),
         train=train,

@@ -27,6 +27,11 @@ class Master:
         self.metrics: list[dict[str, Any]] = []
         self.checkpoints: dict[str, dict[str, Any]] = {}
         self.metrics_status: int | None = None
+        # Seconds a metrics POST waits for a checkpoint registration before it is taken
+        # (0: at once), and the order in which the two were taken.
+        self.hold_metrics = 0.0
+        self.registered = threading.Event()
+        self.taken: list[str] = []
         app = fake.app
 
         @app.get("/api/v1/trials/17/searcher/operation")
@@ -41,7 +46,10 @@ class Master:
         def metrics() -> Any:
             if self.metrics_status:
                 return api_error(self.metrics_status, "unauthenticated", "allocation ended")
+            if self.hold_metrics:
+                self.registered.wait(self.hold_metrics)
             self.metrics.extend(request.get_json()["reports"])
+            self.taken.append("metrics")
             return jsonify(accepted=len(request.get_json()["reports"]))
 
         @app.post("/api/v1/trials/17/progress")
@@ -65,6 +73,8 @@ class Master:
         def register() -> Any:
             body = request.get_json()
             self.checkpoints[body["uuid"]] = body
+            self.taken.append("checkpoint")
+            self.registered.set()
             return jsonify(checkpoint=body), 201
 
         @app.get("/api/v1/checkpoints/<uuid>")
@@ -183,6 +193,21 @@ def test_checkpoint_registered_on_cluster(master: Master, tmp_path: Path) -> Non
         assert ctx.checkpoint.get_metadata(uuid)["epoch"] == 1
         with ctx.checkpoint.restore_path(uuid) as p:
             assert (p / "sub" / "opt.pt").read_bytes() == b"yyy"
+
+
+def test_a_checkpoint_is_registered_only_after_the_metrics_reported_before_it(
+    master: Master,
+) -> None:
+    # A trial that dies right after registering a checkpoint resumes from it and never reports
+    # what came before it again: a validation still queued in the shipper would be lost. The
+    # fake master holds the metrics POST until a checkpoint is registered (at most 1 s): on
+    # the old code the registration overtook the queued validation.
+    master.hold_metrics = 1.0
+    with core.init() as ctx:
+        ctx.train.report_validation_metrics(30, {"loss": 0.5})
+        with ctx.checkpoint.store_path({"steps_completed": 30}) as (path, _uuid):
+            (path / "model.pt").write_bytes(b"x")
+    assert master.taken == ["metrics", "checkpoint"], master.taken
 
 
 def test_missing_storage_config_is_a_clear_error(
