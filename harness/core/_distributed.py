@@ -11,6 +11,12 @@ import logging
 import os
 from typing import Any, Protocol
 
+# Set by the harness launcher in the worker processes it starts, which leave with os._exit: a
+# gloo/nccl group destroyed while a peer tears its own down can abort the process inside the
+# library's threads ("terminate called without an active exception", SIGABRT; seen after
+# completed trials in -n 2 suite runs), so there the group ends with the process instead.
+LEAVE_GROUP_TO_EXIT = False
+
 logger = logging.getLogger("harness.core.distributed")
 
 
@@ -149,7 +155,8 @@ class DistributedContext:
                 logger.warning("peers did not reach the end of training together: %s", e)
         if self._owns_process_group:
             self._owns_process_group = False
-            dist.destroy_process_group()
+            if not LEAVE_GROUP_TO_EXIT:
+                dist.destroy_process_group()
         else:
             atexit.register(_destroy_default_group)
 

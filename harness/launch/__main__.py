@@ -52,16 +52,20 @@ def load_trial_class(entrypoint: str) -> type:
 
 def run_in_process(entrypoint: str) -> int:
     """Import and run the trial here; user errors print the user's traceback and exit 1."""
+    from harness.core import _distributed
+
+    _distributed.LEAVE_GROUP_TO_EXIT = True
     code = _run_trial(entrypoint)
     if not _distributed_initialized():
         return code
     if code != 0:
         _exit_now(code)
-    _destroy_process_group()
-    # A distributed worker that succeeded leaves without the interpreter's finalization too:
-    # a thread some library started (DeepSpeed's, gloo's) and never joined aborts it there
-    # ("terminate called without an active exception", SIGABRT: exit 134 after a trial that
-    # completed; seen once in a -n 2 suite run). atexit handlers still run first.
+    # A distributed worker that succeeded leaves without destroying its process group and
+    # without the interpreter's finalization: destroying a gloo group while a peer tears its
+    # own down, or a library thread (DeepSpeed's, gloo's) met at finalization, aborts the
+    # process ("terminate called without an active exception", SIGABRT: exit 134 after a
+    # trial that completed; seen twice in -n 2 suite runs). Its peers already met it at the
+    # final barrier; atexit handlers still run first.
     atexit._run_exitfuncs()
     _exit_now(code)
     return code  # not reached
@@ -106,17 +110,6 @@ def _distributed_initialized() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
-
-
-def _destroy_process_group() -> None:
-    if not _distributed_initialized():
-        return
-    import torch.distributed as dist
-
-    try:
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - exiting anyway
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:
