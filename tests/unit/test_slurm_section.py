@@ -192,3 +192,23 @@ def test_a_task_config_section_is_checked_too() -> None:
     assert "--export" in str(e.value)
     _, warned = split({"slurm": {"gpu_type": "a100"}}, TaskType.TENSORBOARD)
     assert warned and warned[0].startswith("slurm: ignored")
+
+
+@pytest.mark.parametrize(
+    ("section", "where", "says"),
+    [
+        ({"sbatch_args": ["--mem=1G"] * 65}, "slurm.sbatch_args", "at most 64 arguments"),
+        ({"sbatch_args": ["--comment-x=" + "x" * 1100]}, "slurm.sbatch_args[0]", "1024 characters"),
+        ({"sbatch_args": [[[["--mem=1G"]]]]}, "slurm.sbatch_args[0]", ""),
+        ({"slots_per_node": 10**9}, "slurm.slots_per_node", ""),
+        ({"gpu_type": {"a": {"b": {}}}}, "slurm.gpu_type", ""),
+    ],
+)
+def test_oversized_or_nested_input_is_refused_naming_its_path(
+    section: dict[str, Any], where: str, says: str
+) -> None:
+    # What an attacker's experiment config can put here: too many or too long arguments,
+    # nested lists and objects where text belongs, an absurd slot count.
+    with pytest.raises(ConfigError) as err:
+        parse_slurm_section(section)
+    assert where in str(err.value) and says in str(err.value), str(err.value)
