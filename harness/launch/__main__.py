@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import sys
+from typing import NoReturn
 
 import harness
 
@@ -68,7 +69,6 @@ def run_in_process(entrypoint: str) -> int:
     # final barrier; atexit handlers still run first.
     atexit._run_exitfuncs()
     _exit_now(code)
-    return code  # not reached
 
 
 def _run_trial(entrypoint: str) -> int:
@@ -89,8 +89,8 @@ def _run_trial(entrypoint: str) -> int:
     return 0
 
 
-def _exit_now(code: int) -> None:
-    """Leave a failed distributed worker without tearing its process group down.
+def _exit_now(code: int) -> NoReturn:
+    """Leave a distributed worker without tearing its process group down.
 
     Its peers are blocked in a collective that will never complete. Destroying the gloo/nccl
     group then, or letting interpreter shutdown destroy it, can abort inside the library's
