@@ -3,17 +3,21 @@ digits experiment config they submit (`slurm_trial`: a single-searcher trial of 
 batches, validated every so many, of so many slots in one partition; optionally the slow
 variant, `slow_def:SlowDigits`, which sleeps between batches so that a test can act on a trial
 mid-run; it needs `model_dir(c.tmp)` as the model definition); the admin's link to a Unix user;
-and the hostile job that swaps its output.log for a link to a secret."""
+the hostile job that swaps its output.log for a link to a secret; and stopping the test
+Slurm's slurmctld (`stop_slurmctld`, started again with `start_slurm`)."""
 
 from __future__ import annotations
 
 import grp
+import os
 import pwd
 import secrets
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.cluster import Cluster
+from tests.cluster import ROOT, Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, digits_config
 
@@ -91,3 +95,23 @@ def slurm_trial(
         over["hparams"] = {"sleep": slow, **over.get("hparams", {})}
     over["resources"] = {"slots_per_trial": slots, "resource_pool": pool}
     return digits_config(c, base, **over)
+
+
+def stop_slurmctld(conf: Path) -> Path:
+    """Stop the slurmctld of the test Slurm whose slurm.conf is `conf` (its slurmds and munged
+    go on) and wait until it no longer answers; its root."""
+    root = conf.parent.parent
+    pid = int((root / "run" / "slurmctld.ours").read_text())
+    os.kill(pid, signal.SIGTERM)
+    wait_for(
+        lambda: subprocess.run(["squeue", "-h"], capture_output=True).returncode != 0,
+        30,
+        what="slurmctld to stop answering",
+    )
+    return root
+
+
+def start_slurm(root: Path, port: str) -> None:
+    """Start the test Slurm under `root` again on its own `port` (without --port, `up` rewrites
+    slurm.conf for the default port, which may be another run's slurmctld)."""
+    subprocess.run(["bash", str(ROOT / "scripts/slurm/up"), str(root), "--port", port], check=True)

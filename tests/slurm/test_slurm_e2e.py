@@ -3,18 +3,16 @@ checkpoint, kill reaching the job, Slurm's refusal as "can never fit", pending r
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.cluster import ROOT, Cluster, wait_for
+from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, metrics, model_dir, run_to_end
-from tests.slurm._configs import slurm_master, slurm_trial
+from tests.slurm._configs import slurm_master, slurm_trial, start_slurm, stop_slurmctld
 from tests.slurm.conftest import SLURM_PORT
 
 pytestmark = pytest.mark.integration
@@ -173,20 +171,10 @@ def test_the_master_keeps_track_of_its_jobs_across_a_slurmctld_restart(
     config = slurm_trial(c, slow=0.05, batches=300, validate_every=100)
     exp_id = submit(c, config, model)
     wait_for(lambda: only_trial(c, exp_id)["steps_completed"] >= 100, 120, what="the trial trains")
-    root = slurm.parent.parent
-    pid = int((root / "run" / "slurmctld.ours").read_text())
-    os.kill(pid, signal.SIGTERM)
-    wait_for(
-        lambda: subprocess.run(["squeue", "-h"], capture_output=True).returncode != 0,
-        30,
-        what="slurmctld to stop answering",
-    )
+    root = stop_slurmctld(slurm)
     # the master sees squeue fail for a while (and concludes nothing), then Slurm is back
     wait_for(lambda: "squeue failed" in c.read_log("master"), 30, what="the master to notice")
-    # Started again on this run's own port (DET_TEST_SLURM_PORT): `up` rewrites slurm.conf, and
-    # the default port may be another run's slurmctld ("Address already in use").
-    up = ["bash", str(ROOT / "scripts/slurm/up"), str(root), "--port", SLURM_PORT]
-    subprocess.run(up, check=True)
+    start_slurm(root, SLURM_PORT)
     d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
     assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
     trial = d["trials"][0]

@@ -1,10 +1,12 @@
 """Slurm unwell, in detlab's words: a drained node (the pool says so, a job pending on it says
-why), munge failing (one clear line in the task's log and the master's, no crash loop), and an
-sbatch that Slurm did not answer (the trial waits and is submitted again, its restarts kept)."""
+why), munge failing (one clear line in the task's log and the master's, no crash loop), an
+sbatch that Slurm did not answer (the trial waits and is submitted again, its restarts kept),
+and a job that slurmctld forgot (said so; the trial runs again as a new job)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,7 +15,9 @@ import pytest
 from tests.cluster import wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS
-from tests.slurm._configs import slurm_master, slurm_trial
+from tests.slurm._configs import slurm_master, slurm_trial, start_slurm, stop_slurmctld
+from tests.slurm.conftest import SLURM_PORT
+from tests.slurm.test_slurm_e2e import job_state
 
 pytestmark = pytest.mark.integration
 
@@ -153,3 +157,36 @@ def test_an_sbatch_slurm_did_not_answer_spends_no_restart(
     assert "back to the queue (its restarts untouched), Slurm is asked again in 5 s" in logs
     assert "Slurm is asked again in 10 s" in logs  # the second failure doubled the wait
     assert "submitted to Slurm as job" in logs
+
+
+def test_a_job_slurm_forgot_is_said_to_have_vanished_and_the_trial_runs_again(
+    slurm: Path, cluster_factory
+) -> None:  # type: ignore[no-untyped-def]
+    c = slurm_master(cluster_factory)
+    # --hold keeps the job pending (JobHeldUser), so no slurmd holds it when slurmctld loses
+    # it (a running job that slurmctld forgot makes slurmd drain the node: "Duplicate jobid")
+    config = slurm_trial(
+        c, batches=50, validate_every=50, max_restarts=1, slurm={"sbatch_args": ["--hold"]}
+    )
+    exp_id = submit(c, config, DIGITS)
+    tid = only_trial(c, exp_id)["id"]
+
+    def jobs() -> list[str]:
+        return re.findall(r"submitted to Slurm as job (\d+)", "\n".join(c.logs(tid)))
+
+    first = wait_for(jobs, 60, what="the trial's job")[0]
+    wait_for(lambda: job_state(first) == "PENDING", 30, what=f"job {first} to pend held")
+    # slurmctld loses its jobs: stopped, its saved job state removed, started again
+    root = stop_slurmctld(slurm)
+    for saved in (root / "state").glob("job_state*"):
+        saved.unlink()
+    start_slurm(root, SLURM_PORT)
+    assert job_state(first) == "", "slurmctld still knows the job"
+    gone = f"Slurm job {first} vanished from the queue without an exit status"
+    wait_for(lambda: gone in "\n".join(c.logs(tid)), 60, what="the trial's log to say so")
+    second = wait_for(lambda: len(jobs()) == 2 and jobs()[1], 60, what="the trial's second job")
+    subprocess.run(["scontrol", "release", second], check=True)
+    d = c.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=180)
+    assert d["experiment"]["state"] == "COMPLETED", c.diagnose(exp_id)
+    # a job gone without a word is the trial's failed attempt: one restart spent
+    assert d["trials"][0]["restarts"] == 1
