@@ -3,8 +3,9 @@ digits experiment config they submit (`slurm_trial`: a single-searcher trial of 
 batches, validated every so many, of so many slots in one partition; optionally the slow
 variant, `slow_def:SlowDigits`, which sleeps between batches so that a test can act on a trial
 mid-run; it needs `model_dir(c.tmp)` as the model definition); the admin's link to a Unix user;
-the hostile job that swaps its output.log for a link to a secret; and stopping the test
-Slurm's slurmctld (`stop_slurmctld`, started again with `start_slurm`)."""
+the hostile job that swaps its output.log for a link to a secret; stopping the test
+Slurm's slurmctld (`stop_slurmctld`, started again with `start_slurm`); the tests' Unix users
+(`ensure_user`); and a command run to its end (`run_command`)."""
 
 from __future__ import annotations
 
@@ -115,3 +116,40 @@ def start_slurm(root: Path, port: str) -> None:
     """Start the test Slurm under `root` again on its own `port` (without --port, `up` rewrites
     slurm.conf for the default port, which may be another run's slurmctld)."""
     subprocess.run(["bash", str(ROOT / "scripts/slurm/up"), str(root), "--port", port], check=True)
+
+
+def ensure_user(name: str, home: bool = False) -> pwd.struct_passwd:
+    """A system user without a login shell (with a home if `home`), made once and kept
+    (another run may use it)."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    made = subprocess.run(
+        ["useradd", "--system", "--user-group", "--create-home" if home else "--no-create-home"]
+        + ["--shell", "/usr/sbin/nologin", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode not in (0, 9):  # 9: made meanwhile by another run
+        raise RuntimeError(f"useradd {name}: {made.stderr}")
+    return pwd.getpwnam(name)
+
+
+def run_command(c: Cluster, config: dict[str, Any], want: str) -> tuple[dict[str, Any], str]:
+    """Run a command to its end; its task and its logs once they hold `want`."""
+    r = c.post("/commands", {"config": config})
+    assert r.status_code == 201, r.text
+    task_id = r.json()["command"]["id"]
+    done = wait_for(
+        lambda: (t := c.get(f"/tasks/{task_id}")["task"])["state"] in ("COMPLETED", "ERROR") and t,
+        120,
+        what="the command to end",
+    )
+
+    def lines() -> list[str]:
+        return [x["line"] for x in c.get(f"/tasks/{task_id}/logs", limit=1000)["logs"]]
+
+    wait_for(lambda: want in "\n".join(lines()), 30, what=f"{want!r} in the logs: {lines()}")
+    return done, "\n".join(lines())

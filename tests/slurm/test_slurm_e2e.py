@@ -12,7 +12,13 @@ import pytest
 from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, metrics, model_dir, run_to_end
-from tests.slurm._configs import slurm_master, slurm_trial, start_slurm, stop_slurmctld
+from tests.slurm._configs import (
+    run_command,
+    slurm_master,
+    slurm_trial,
+    start_slurm,
+    stop_slurmctld,
+)
 from tests.slurm.conftest import SLURM_PORT
 
 pytestmark = pytest.mark.integration
@@ -192,21 +198,10 @@ def test_a_two_slot_command_is_a_slurm_job_with_both_fake_gpus(
             "resources": {"slots": 2, "resource_pool": "low"},
         }
     }
-    r = c.post("/commands", body)
-    assert r.status_code == 201, r.text
-    task_id = r.json()["command"]["id"]
-    done = wait_for(
-        lambda: (t := c.get(f"/tasks/{task_id}")["task"])["state"] in ("COMPLETED", "ERROR") and t,
-        120,
-        what="the command to end",
-    )
+    done, logs = run_command(c, body["config"], "gpus=0,1 slots=[0, 1]")
     assert (done["state"], done["exit_code"]) == ("COMPLETED", 0), done
-
-    def lines() -> list[str]:
-        return [x["line"] for x in c.get(f"/tasks/{task_id}/logs", limit=1000)["logs"]]
-
-    wait_for(lambda: "gpus=0,1 slots=[0, 1]" in lines(), 30, what=f"the command's line: {lines()}")
-    assert any("submitted to Slurm as job" in ln for ln in lines())
+    assert "gpus=0,1 slots=[0, 1]" in logs.splitlines(), logs
+    assert "submitted to Slurm as job" in logs
 
 
 def test_a_two_slot_trial_trains_as_one_job_on_both_fake_gpus(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import submit
 from tests.integration.test_trial_api import DIGITS, digits_config
-from tests.slurm._configs import slurm_master
+from tests.slurm._configs import run_command, slurm_master
 from tests.slurm.test_slurm_e2e import slurm_job_line
 
 pytestmark = pytest.mark.integration
@@ -27,24 +25,6 @@ def scontrol(job_id: str) -> str:
     return subprocess.run(
         ["scontrol", "show", "job", job_id], capture_output=True, text=True, check=True
     ).stdout
-
-
-def run_command(c: Cluster, config: dict[str, Any], want: str) -> tuple[dict[str, Any], str]:
-    """Run a command to its end; its task and its logs once they hold `want`."""
-    r = c.post("/commands", {"config": config})
-    assert r.status_code == 201, r.text
-    task_id = r.json()["command"]["id"]
-    done = wait_for(
-        lambda: (t := c.get(f"/tasks/{task_id}")["task"])["state"] in ("COMPLETED", "ERROR") and t,
-        120,
-        what="the command to end",
-    )
-
-    def lines() -> list[str]:
-        return [x["line"] for x in c.get(f"/tasks/{task_id}/logs", limit=1000)["logs"]]
-
-    wait_for(lambda: want in "\n".join(lines()), 30, what=f"{want!r} in the logs: {lines()}")
-    return done, "\n".join(lines())
 
 
 def test_sbatch_args_and_gpu_type_reach_the_job(slurm: Path, cluster_factory) -> None:  # type: ignore[no-untyped-def]

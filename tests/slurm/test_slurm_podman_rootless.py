@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration.test_foundation import submit
 from tests.integration.test_trial_api import metrics
-from tests.slurm._configs import link_admin, slurm_master
+from tests.slurm._configs import ensure_user, link_admin, slurm_master
 from tests.slurm.test_slurm_podman import marked_model, podman_image, podman_trial  # noqa: F401 (podman_image: a fixture)
 
 pytestmark = pytest.mark.integration
@@ -78,17 +78,7 @@ def podman_user() -> pwd.struct_passwd:
     and kept, with its subordinate ids and its storage.conf."""
     if os.geteuid() != 0:
         pytest.fail("making the job user needs root (the test machine runs the suite as root)")
-    if USER not in {u.pw_name for u in pwd.getpwall()}:
-        made = subprocess.run(
-            ["useradd", "--system", "--user-group", "--create-home"]
-            + ["--shell", "/usr/sbin/nologin", USER],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if made.returncode not in (0, 9):  # 9: made meanwhile by another run
-            raise RuntimeError(f"useradd {USER}: {made.stderr}")
-    user = pwd.getpwnam(USER)
+    user = ensure_user(USER, home=True)
     _ensure_subids(USER)
     conf = Path(user.pw_dir) / ".config" / "containers" / "storage.conf"
     if not conf.exists() or conf.read_text() != STORAGE_CONF:

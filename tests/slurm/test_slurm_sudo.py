@@ -17,7 +17,12 @@ import pytest
 from tests.cluster import Cluster, wait_for
 from tests.integration.test_foundation import only_trial, submit
 from tests.integration.test_trial_api import DIGITS, digits_config, metrics, model_dir
-from tests.slurm._configs import assert_output_link_is_not_followed, link_admin, slurm_trial
+from tests.slurm._configs import (
+    assert_output_link_is_not_followed,
+    ensure_user,
+    link_admin,
+    slurm_trial,
+)
 from tests.slurm.test_slurm_e2e import slurm_job_line
 
 pytestmark = pytest.mark.integration
@@ -38,24 +43,6 @@ class Users:
     service: pwd.struct_passwd
     job: pwd.struct_passwd
     other: pwd.struct_passwd
-
-
-def ensure_user(name: str) -> pwd.struct_passwd:
-    """A system user without home or login shell, made once and kept (another run may use it)."""
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    made = subprocess.run(
-        ["useradd", "--system", "--user-group", "--no-create-home"]
-        + ["--shell", "/usr/sbin/nologin", name],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if made.returncode not in (0, 9):  # 9: made meanwhile by another run
-        raise RuntimeError(f"useradd {name}: {made.stderr}")
-    return pwd.getpwnam(name)
 
 
 def ensure_sudoers() -> None:
