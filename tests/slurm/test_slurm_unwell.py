@@ -181,7 +181,6 @@ def test_a_job_slurm_forgot_is_said_to_have_vanished_and_the_trial_runs_again(
     for saved in (root / "state").glob("job_state*"):
         saved.unlink()
     start_slurm(root, SLURM_PORT)
-    assert job_state(first) == "", "slurmctld still knows the job"
     gone = f"Slurm job {first} vanished from the queue without an exit status"
     wait_for(lambda: gone in "\n".join(c.logs(tid)), 60, what="the trial's log to say so")
     second = wait_for(lambda: len(jobs()) == 2 and jobs()[1], 60, what="the trial's second job")
