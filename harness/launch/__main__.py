@@ -92,11 +92,12 @@ def _run_trial(entrypoint: str) -> int:
 def _exit_now(code: int) -> NoReturn:
     """Leave a distributed worker without tearing its process group down.
 
-    Its peers are blocked in a collective that will never complete. Destroying the gloo/nccl
-    group then, or letting interpreter shutdown destroy it, can abort inside the library's
-    threads ("terminate called without an active exception", SIGABRT), which turns exit code 1
-    into 134 now and then (seen under load in CI). The process's exit closes its sockets,
-    which is how the peers learn of the failure anyway.
+    A failed worker's peers are blocked in a collective that will never complete; a worker that
+    succeeded has met its peers at the final barrier. Either way, destroying the gloo/nccl group,
+    or letting interpreter shutdown destroy it, can abort inside the library's threads
+    ("terminate called without an active exception", SIGABRT), turning exit code 0 or 1 into
+    134 now and then (seen under load in CI). The process's exit closes its sockets, which is
+    how the peers learn of a failure anyway.
     """
     logging.shutdown()
     sys.stdout.flush()
