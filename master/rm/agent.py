@@ -15,13 +15,14 @@ from sqlalchemy.orm import selectinload
 from detlab.protocol import IsolationMode
 from master.db import db
 from master.models import Agent, Allocation, Slot, Task
-from master.notify import agent_key, hub
+from master.notify import agent_key
 from master.rm.base import AllocationStatus, Placements
 from master.scheduler import AgentView
 from master.services.task.allocations import (
     containers_of,
     live_containers,
     new_allocation,
+    notify_after_commit,
     request_preemption,
     set_container,
 )
@@ -82,8 +83,7 @@ class AgentResourceManager:
     def _kill_containers(self, alloc: Allocation) -> None:
         for agent_id in live_containers(alloc):
             set_container(alloc, agent_id, kill=True)
-        for agent_id in containers_of(alloc):
-            hub().notify(agent_key(agent_id))
+        notify_after_commit(*(agent_key(a) for a in containers_of(alloc)))
 
     def status(self, alloc: Allocation) -> AllocationStatus:
         return AllocationStatus(

@@ -35,6 +35,7 @@ from master.services.task.allocations import (
     allocation_generation,
     containers_of,
     live_containers,
+    notify_after_commit,
     set_container,
 )
 from master.services.task.launch import start_spec
@@ -345,8 +346,7 @@ def _kill_the_others(
     alloc.exit_reason = alloc.exit_reason or (
         f"container on agent {agent_id} exited with code {code}" + (f": {err}" if err else "")
     )
-    for other in live:
-        hub().notify(agent_key(other))
+    notify_after_commit(*(agent_key(other) for other in live))
 
 
 def _allocation_done(alloc: Allocation) -> None:

@@ -114,10 +114,22 @@ def bump_allocation_generation() -> None:
     db.session.info["det_alloc_changed"] = True
 
 
+def notify_after_commit(*keys: str) -> None:
+    """Wake the long polls waiting on `keys` once the caller's transaction commits.
+
+    A waiter woken before the commit re-reads the old rows, answers "nothing yet", and its next
+    poll waits on a version that has already moved: the change was heard only at that poll's
+    timeout (30 s for a trial's preemption poll, long enough for a paused trial to train to its
+    end). A rolled-back change wakes them at the next commit: a spurious wake-up is harmless."""
+    db.session.info.setdefault("det_notify", set()).update(keys)
+
+
 def after_commit(session: Session) -> None:
     """SQLAlchemy `after_commit` hook (registered by the app factory)."""
     if session.info.pop("det_alloc_changed", False):
         master_state().scheduling.allocation_generation += 1
+    if keys := session.info.pop("det_notify", None):
+        hub().notify(*keys)
     for alloc_id in session.info.pop("det_revoked_allocations", ()):
         master_state().tokens.evict_allocation(alloc_id)
 
@@ -130,7 +142,9 @@ def request_preemption(alloc: Allocation, trial_id: int | None = None) -> bool:
     alloc.preempt_requested_at = utcnow()
     db.session.flush()
     trial_id = alloc.trial_id if trial_id is None else trial_id
-    hub().notify(preempt_key(alloc.id), *([trial_key(trial_id)] if trial_id is not None else []))
+    notify_after_commit(
+        preempt_key(alloc.id), *([trial_key(trial_id)] if trial_id is not None else [])
+    )
     return True
 
 

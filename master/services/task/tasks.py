@@ -20,9 +20,13 @@ from master.context import master_state
 from master.db import db, iso
 from master.errors import NotFound
 from master.models import Allocation, Experiment, Task, Trial, User
-from master.notify import agent_key, hub, preempt_key
+from master.notify import agent_key, preempt_key
 from master.rm.registry import resource_manager
-from master.services.task.allocations import bump_allocation_generation, containers_of
+from master.services.task.allocations import (
+    bump_allocation_generation,
+    containers_of,
+    notify_after_commit,
+)
 from master.services.transitions import born, set_allocation_state
 from master.states import LIVE_ALLOCATION, AllocationState, TaskState, TaskType
 
@@ -105,9 +109,10 @@ def allocation_exited(
     bump_allocation_generation()
     revoke_allocation_tokens(alloc.id)
     master_state().rendezvous.forget(alloc.id)
-    hub().notify(preempt_key(alloc.id))
-    for agent_id in {alloc.agent_id, *(alloc.containers or {})} - {None, ""}:
-        hub().notify(agent_key(agent_id))
+    notify_after_commit(
+        preempt_key(alloc.id),
+        *(agent_key(a) for a in {alloc.agent_id, *(alloc.containers or {})} - {None, ""}),
+    )
     if alloc.trial_id is not None:
         from master.services.trial.trials import trial_allocation_exited
 

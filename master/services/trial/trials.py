@@ -23,7 +23,7 @@ from master.services.experiment.searcher import (
     searcher_trial_exited_ok,
     update_progress,
 )
-from master.services.task.allocations import live_allocation
+from master.services.task.allocations import live_allocation, notify_after_commit
 from master.services.transitions import set_trial_state
 from master.services.trial.logs import write_master_line
 from master.states import (
@@ -152,7 +152,7 @@ def trial_allocation_exited(alloc: Allocation, exit_code: int | None, error: str
     trial = db.session.get(Trial, alloc.trial_id)
     assert trial is not None
     exp = trial.experiment
-    hub().notify(trial_key(trial.id), logs_key(trial.id))
+    notify_after_commit(trial_key(trial.id), logs_key(trial.id))
     facts = ExitFacts(
         trial_state=State(trial.state),
         exit_code=exit_code,
