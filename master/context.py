@@ -110,6 +110,11 @@ class CheckpointMemory:
     upload_first_seen: dict[str, datetime] = field(default_factory=dict)
     # Set when checkpoint deletions wait for an agent (storage only agents reach).
     agent_work: threading.Event = field(default_factory=threading.Event)
+    # exp id -> (live checkpoints, newest report, replan generation) at its last GC pass, and
+    # exp id -> changes to its plan's other inputs (master/ckpt/replan.py).
+    gc_seen: dict[int, tuple[int, Any, int]] = field(default_factory=dict)
+    replan_lock: threading.Lock = field(default_factory=threading.Lock)
+    replan_generation: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 
 from detlab.protocol import Action
 from master.ckpt import candidates as ckcandidates
+from master.ckpt import replan
 from master.ckpt import storage as ckstorage
 from master.ckpt.policy import Candidate, Plan, Policy, plan
 from master.ckpt.states import CheckpointState, state_of, transition  # noqa: F401 - re-exported
@@ -130,25 +131,24 @@ def set_policy(exp: Experiment, changes: dict[str, Any]) -> Plan:
     return collect(exp)
 
 
-# exp id -> (live checkpoints, newest report) at its last collection: an experiment is planned
-# again only when a checkpoint arrived or left (a policy change collects at once).
-_SEEN: dict[int, tuple[int, Any]] = {}
-
-
 def collect_all() -> None:
-    """The periodic pass: every experiment whose live checkpoints changed since the last one."""
+    """The periodic pass: every experiment whose live checkpoints changed since the last one,
+    or whose validations or registered versions did (`master/ckpt/replan.py`); a policy change
+    collects at once. (Planning every experiment every pass would not scale.)"""
+    seen = master_state().checkpoints.gc_seen
     rows = db.session.execute(
         select(Checkpoint.experiment_id, func.count(), func.max(Checkpoint.reported_at))
         .where(Checkpoint.state == CheckpointState.ACTIVE)
         .group_by(Checkpoint.experiment_id)
     ).all()
     for exp_id, count, newest in rows:
-        if _SEEN.get(exp_id) == (count, newest):
+        gen = replan.generation(exp_id)  # before planning: a change during it plans again
+        if seen.get(exp_id) == (count, newest, gen):
             continue
         exp = db.session.get(Experiment, exp_id)
         if exp is not None:
             plan_ = collect(exp)
-            _SEEN[exp_id] = (count - len(plan_.delete), newest)
+            seen[exp_id] = (count - len(plan_.delete), newest, gen)
 
 
 def _storage_config(c: Checkpoint) -> dict[str, Any] | None:

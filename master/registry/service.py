@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from master.ckpt import replan
 from master.ckpt.states import CheckpointState, state_of
 from master.db import db, iso, utcnow
 from master.errors import BadRequest, Conflict, NotFound
@@ -155,6 +156,7 @@ def delete_model(m: Model) -> list[str]:
     uuids = [v.checkpoint_uuid for v in versions_of(m)]
     db.session.delete(m)
     db.session.commit()
+    _unprotected(uuids)
     return _orphans(uuids)
 
 
@@ -304,7 +306,17 @@ def delete_version(v: ModelVersion) -> list[str]:
     uuid = v.checkpoint_uuid
     db.session.delete(v)
     db.session.commit()
+    _unprotected([uuid])
     return _orphans([uuid])
+
+
+def _unprotected(uuids: list[str]) -> None:
+    """Checkpoints no longer registered: their experiments' GC plans them again."""
+    replan.changed(
+        db.session.execute(
+            select(Checkpoint.experiment_id).where(Checkpoint.uuid.in_(uuids))
+        ).scalars()
+    )
 
 
 def version_json(v: ModelVersion, m: Model | None = None) -> dict[str, Any]:

@@ -185,6 +185,49 @@ def test_failed_delete_is_retried_and_reported(
     assert old not in uuids_in(s3_storage)
 
 
+def test_a_validation_after_its_checkpoint_and_an_unregistered_version_are_collected(
+    app: Flask, client: FlaskClient, s3_storage: dict, tmp_path: Path
+) -> None:
+    """The plan changes without a checkpoint arriving or leaving: the PyTorch loop registers its
+    last checkpoint before that step's validation, and a deleted model version unprotects its
+    checkpoint. The periodic pass used to plan an experiment again only when its checkpoints
+    changed, so both stayed in the bucket for good."""
+    auth = login(client)
+    _exp(client, auth, s3_storage)
+    spec = start_one(app, client)
+    first = _checkpoint(client, spec, s3_storage, 10, 0.5, tmp_path)
+    last = _checkpoint(client, spec, s3_storage, 20, None, tmp_path)
+    with app.app_context():
+        gc_tick()
+    assert uuids_in(s3_storage) == {first, last}  # the best and the latest
+
+    r = client.post(
+        f"/api/v1/trials/{spec['trial_id']}/metrics",
+        json={
+            "reports": [{"group": "validation", "steps_completed": 20, "metrics": {"loss": 0.1}}]
+        },
+        headers=trial_auth(spec),
+    )
+    assert r.status_code in (200, 201), r.json
+    with app.app_context():
+        gc_tick()
+    assert uuids_in(s3_storage) == {last}  # now the best and the latest
+
+    # A registered checkpoint is kept; once its version is deleted the next pass collects it.
+    registered = _checkpoint(client, spec, s3_storage, 30, 0.9, tmp_path)
+    client.post("/api/v1/models", json={"name": "m"}, headers=auth)
+    r = client.post("/api/v1/models/m/versions", json={"checkpoint_uuid": registered}, headers=auth)
+    assert r.status_code == 201, r.json
+    newest = _checkpoint(client, spec, s3_storage, 40, 0.8, tmp_path)
+    with app.app_context():
+        gc_tick()
+    assert uuids_in(s3_storage) == {last, registered, newest}
+    assert client.delete("/api/v1/models/m/versions/1", headers=auth).status_code == 200
+    with app.app_context():
+        gc_tick()
+    assert uuids_in(s3_storage) == {last, newest}
+
+
 def test_experiment_delete_keeps_registered_checkpoint(
     app: Flask, client: FlaskClient, s3_storage: dict, tmp_path: Path
 ) -> None:

@@ -12,6 +12,7 @@ from typing import Any, cast
 import orjson
 from sqlalchemy import CursorResult, ScalarResult, select, text
 
+from master.ckpt import replan
 from master.db import db, iso, utcnow
 from master.errors import BadRequest
 from master.jsoncheck import INT64_MAX, MAX_JSON_DEPTH, check_json, path_at_depth
@@ -119,6 +120,8 @@ def ingest(trial: Trial, reports: Any, batch_id: str | None = None) -> int:
     if latest_val is not None:
         trial.latest_validation = {"steps_completed": latest_val[0], **latest_val[1]}
     db.session.commit()
+    if latest_val is not None:
+        replan.changed(trial.experiment_id)  # it may rank a checkpoint that arrived first
     if latest_val is not None and trial.searcher_completed == 0:
         _best_from_validations(trial, rows)
     if latest_val is not None and trial.experiment.conf.searcher.time_metric:
