@@ -166,6 +166,18 @@ def release_cluster_dir(tmp_path: Path, name: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
+# What a failed `wait_trial` says about the trial.
+_TRIAL_FIELDS = (
+    "state",
+    "steps_completed",
+    "searcher_completed",
+    "restarts",
+    "allocation_id",
+    "latest_checkpoint",
+    "exit_reason",
+)
+
+
 class Cluster:
     """One master (+ agents) in a temp dir; everything is torn down by `stop()`."""
 
@@ -386,12 +398,19 @@ class Cluster:
     def wait_trial(
         self, trial_id: int, pred: Callable[[dict], bool], timeout: float = 120, what: str = ""
     ) -> dict:
-        return wait_for(
-            lambda: (t := self.get(f"/trials/{trial_id}")["trial"]) and pred(t) and t,
-            timeout,
-            0.1,
-            what=what or f"trial {trial_id}",
-        )
+        last: list[dict] = []
+
+        def check() -> dict | None:
+            t = self.get(f"/trials/{trial_id}")["trial"]
+            last[:] = [t]
+            return t if pred(t) else None
+
+        try:
+            return wait_for(check, timeout, 0.1, what=what or f"trial {trial_id}")
+        except TimeoutError as e:
+            # Say where the trial was: "waiting for paused: None" left its state unknown.
+            seen = {k: last[0].get(k) for k in _TRIAL_FIELDS} if last else None
+            raise TimeoutError(f"{e}; the trial was last seen as {seen}") from None
 
     def logs(self, trial_id: int) -> list[str]:
         return [

@@ -69,7 +69,9 @@ def test_digits_trial_checkpoints_pause_resume_on_another_agent_and_gc(
     config = yaml.safe_load((DIGITS / "const.yaml").read_text())
     config["checkpoint_storage"] = object_storage
     # Long enough that the pause below lands mid-training even on a fast, quiet machine (at 600
-    # batches the trial sometimes finished before the pause arrived).
+    # batches the trial sometimes finished before the pause arrived). The pause reaches the
+    # trial within its preemption poll's round trip; a poll woken before the pause committed
+    # used to hear it only 30 s later, and the trial (500-700 batches/s) finished first.
     config["searcher"]["max_length"] = {"batches": 2400}
     config["min_validation_period"] = {"batches": 400}
     config["min_checkpoint_period"] = {"batches": 400}
@@ -97,7 +99,15 @@ def test_digits_trial_checkpoints_pause_resume_on_another_agent_and_gc(
 
     # GC: while and after training, the bucket ends with exactly what the policy keeps.
     expected = _kept_by_default_policy(cluster, exp_id, larger_is_better=True)
-    wait_for(lambda: uuids_in(object_storage) == expected, 60, 0.5, what="GC to settle")
+    try:
+        wait_for(lambda: uuids_in(object_storage) == expected, 60, 0.5, what="GC to settle")
+    except TimeoutError:
+        listed = cluster.get(f"/trials/{tid}/checkpoints")["checkpoints"]
+        raise AssertionError(
+            f"GC did not settle in 60 s: the bucket holds {sorted(uuids_in(object_storage))}, "
+            f"the policy keeps {sorted(expected)}; checkpoints: "
+            f"{[(c['uuid'], c['state'], c['steps_completed']) for c in listed]}"
+        ) from None
     ckpts = cluster.det_json("checkpoint", "list", "--experiment", str(exp_id))
     live = {c["uuid"] for c in ckpts if c["state"] == "ACTIVE"}
     assert live == expected and len(ckpts) >= 6
