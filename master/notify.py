@@ -1,7 +1,9 @@
 """In-process wake-ups for long polls (agents waiting for work, log followers, preemption).
 
 Versioned keys avoid the lost-wakeup race: read the version, check the database, then wait for
-the version to move past what was read.
+the version to move past what was read. That holds only if the version moves after the change
+is committed: code inside a transaction wakes waiters with
+`master.services.task.allocations.notify_after_commit`, not `notify`.
 """
 
 from __future__ import annotations
