@@ -3,7 +3,7 @@
 Versioned keys avoid the lost-wakeup race: read the version, check the database, then wait for
 the version to move past what was read. That holds only if the version moves after the change
 is committed: code inside a transaction wakes waiters with
-`master.services.task.allocations.notify_after_commit`, not `notify`.
+`notify_after_commit`, not `notify`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,19 @@ class Hub:
         """Wait until `key` moves past version `seen`; False on timeout."""
         with self._cond:
             return self._cond.wait_for(lambda: self._versions[key] != seen, timeout=timeout)
+
+
+def notify_after_commit(*keys: str) -> None:
+    """Wake the long polls waiting on `keys` once the caller's transaction commits (the
+    `after_commit` hook in master/services/task/allocations.py fires them).
+
+    A waiter woken before the commit re-reads the old rows, answers "nothing yet", and its next
+    poll waits on a version that has already moved: the change was heard only at that poll's
+    timeout (30 s for a trial's preemption poll, long enough for a paused trial to train to its
+    end). A rolled-back change wakes them at the next commit: a spurious wake-up is harmless."""
+    from master.db import db
+
+    db.session.info.setdefault("det_notify", set()).update(keys)
 
 
 def hub() -> Hub:

@@ -15,14 +15,13 @@ from sqlalchemy.orm import selectinload
 from detlab.protocol import IsolationMode
 from master.db import db
 from master.models import Agent, Allocation, Slot, Task
-from master.notify import agent_key
+from master.notify import agent_key, notify_after_commit
 from master.rm.base import AllocationStatus, Placements
 from master.scheduler import AgentView
 from master.services.task.allocations import (
     containers_of,
     live_containers,
     new_allocation,
-    notify_after_commit,
     request_preemption,
     set_container,
 )

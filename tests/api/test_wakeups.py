@@ -13,9 +13,10 @@ from flask.testing import FlaskClient
 
 from master.db import db
 from master.models import Allocation
-from master.notify import agent_key, hub, preempt_key
+from master.notify import agent_key, hub, logs_key, preempt_key
 from master.rm.registry import resource_manager
 from master.services.task.allocations import request_preemption
+from master.services.trial.logs import write_master_line
 from tests.api.conftest import login, start_one, submit, trial_auth
 
 
@@ -68,3 +69,23 @@ def test_a_rolled_back_change_wakes_nobody_until_the_next_commit(
         headers=trial_auth(spec),
     )
     assert r.json == {"preempt": False}
+
+
+def test_a_masters_line_in_a_transition_wakes_log_followers_once_committed(
+    app: Flask, client: FlaskClient
+) -> None:
+    """`det trial logs -f` (and det-tui) follow by long poll: woken before the commit, a
+    follower read no new line and waited for the next one."""
+    auth = login(client)
+    submit(client, auth)
+    spec = start_one(app, client)
+    key = logs_key(spec["trial_id"])
+    with app.app_context():
+        seen = hub().version(key)
+        alloc = db.session.get(Allocation, spec["allocation_id"])
+        write_master_line(spec["trial_id"], alloc, "a line written inside a transition")
+        assert hub().version(key) == seen
+        db.session.commit()
+        assert hub().version(key) > seen
+    lines = client.get(f"/api/v1/trials/{spec['trial_id']}/logs", headers=auth).json["logs"]
+    assert any(e["line"].endswith("a line written inside a transition") for e in lines)

@@ -28,14 +28,13 @@ from master.context import master_state, state_lock
 from master.db import db, utcnow
 from master.errors import BadRequest
 from master.models import Agent, Allocation, Slot
-from master.notify import agent_key, hub
+from master.notify import agent_key, hub, notify_after_commit
 from master.services.agent import heartbeats
 from master.services.queue.kicker import request_schedule
 from master.services.task.allocations import (
     allocation_generation,
     containers_of,
     live_containers,
-    notify_after_commit,
     set_container,
 )
 from master.services.task.launch import start_spec

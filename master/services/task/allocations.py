@@ -20,7 +20,7 @@ from master.context import master_state, state_lock
 from master.db import db, utcnow
 from master.errors import NotFound
 from master.models import Allocation, Task, Trial
-from master.notify import agent_key, hub, preempt_key, trial_key
+from master.notify import agent_key, hub, notify_after_commit, preempt_key, trial_key
 from master.services.trial.logs import write_line
 from master.states import LIVE_ALLOCATION, AllocationState, ContainerState, container_state
 
@@ -112,16 +112,6 @@ def bump_allocation_generation() -> None:
     new generation.
     """
     db.session.info["det_alloc_changed"] = True
-
-
-def notify_after_commit(*keys: str) -> None:
-    """Wake the long polls waiting on `keys` once the caller's transaction commits.
-
-    A waiter woken before the commit re-reads the old rows, answers "nothing yet", and its next
-    poll waits on a version that has already moved: the change was heard only at that poll's
-    timeout (30 s for a trial's preemption poll, long enough for a paused trial to train to its
-    end). A rolled-back change wakes them at the next commit: a spurious wake-up is harmless."""
-    db.session.info.setdefault("det_notify", set()).update(keys)
 
 
 def after_commit(session: Session) -> None:

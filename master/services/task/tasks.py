@@ -20,12 +20,11 @@ from master.context import master_state
 from master.db import db, iso
 from master.errors import NotFound
 from master.models import Allocation, Experiment, Task, Trial, User
-from master.notify import agent_key, preempt_key
+from master.notify import agent_key, notify_after_commit, preempt_key
 from master.rm.registry import resource_manager
 from master.services.task.allocations import (
     bump_allocation_generation,
     containers_of,
-    notify_after_commit,
 )
 from master.services.transitions import born, set_allocation_state
 from master.states import LIVE_ALLOCATION, AllocationState, TaskState, TaskType

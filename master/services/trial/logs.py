@@ -19,7 +19,7 @@ from master.db import db, iso, utcnow
 from master.errors import BadRequest, NotFound
 from master.log_tail import TrialTail
 from master.models import Allocation, TaskLog, Trial
-from master.notify import hub, logs_key, task_logs_key, trial_key
+from master.notify import hub, logs_key, notify_after_commit, task_logs_key, trial_key
 from master.states import is_terminal
 
 MAX_LINE = 64 * 1024
@@ -158,6 +158,8 @@ def _insert(rows: list[dict], commit: bool = True) -> None:
     else:
         # Inside a state transition: the caller commits; the lock still orders it with ingest.
         db.session.execute(TaskLog.__table__.insert(), rows)
+        notify_after_commit(*{_log_key(r) for r in rows})  # a follower woken now reads nothing
+        return
     hub().notify(*{_log_key(r) for r in rows})
 
 

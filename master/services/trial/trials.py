@@ -12,7 +12,7 @@ from master.context import master_state, state_lock
 from master.db import db, iso
 from master.errors import BadRequest, Conflict, NotFound
 from master.models import Allocation, Experiment, Trial
-from master.notify import hub, logs_key, trial_key
+from master.notify import hub, logs_key, notify_after_commit, trial_key
 from master.searcher import ExitedReason
 from master.services.experiment.experiments import maybe_finish
 from master.services.experiment.searcher import (
@@ -23,7 +23,7 @@ from master.services.experiment.searcher import (
     searcher_trial_exited_ok,
     update_progress,
 )
-from master.services.task.allocations import live_allocation, notify_after_commit
+from master.services.task.allocations import live_allocation
 from master.services.transitions import set_trial_state
 from master.services.trial.logs import write_master_line
 from master.states import (
