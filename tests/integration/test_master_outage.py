@@ -40,11 +40,20 @@ def test_master_kill_9_costs_no_restart_and_no_duplicate(cluster: Cluster) -> No
         120,
         what="training under way",
     )
-    before = _ckpt_dirs(cluster)
+    registered_before = {
+        c["uuid"] for c in cluster.get("/checkpoints", trial_id=trial_id)["checkpoints"]
+    }
     cluster.stop_master(signal.SIGKILL)
     # The trial keeps training: a checkpoint it writes now cannot be registered until the
-    # master is back (its registration is retried meanwhile).
-    wait_for(lambda: _ckpt_dirs(cluster) - before, 60, what="a checkpoint written while down")
+    # master is back (its registration is retried meanwhile, and training waits for it). It may
+    # also be the one written just before the kill: the trial flushes its metrics before it
+    # registers a checkpoint, so "10 steps reported" often means "checkpoint 10 on disk, its
+    # registration next"; waiting for a directory newer than that one waited for good.
+    wait_for(
+        lambda: _ckpt_dirs(cluster) - registered_before,
+        60,
+        what="a checkpoint the master has not registered",
+    )
     cluster.start_master()
 
     d = cluster.wait_experiment(exp_id, {"COMPLETED", "ERROR", "CANCELED"}, timeout=240)
