@@ -2,8 +2,7 @@
 
 Versioned keys avoid the lost-wakeup race: read the version, check the database, then wait for
 the version to move past what was read. That holds only if the version moves after the change
-is committed: code inside a transaction wakes waiters with
-`notify_after_commit`, not `notify`.
+is committed: code inside a transaction wakes waiters with `notify_after_commit`, not `notify`.
 """
 
 from __future__ import annotations
