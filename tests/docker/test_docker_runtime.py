@@ -76,6 +76,10 @@ def test_trial_runs_in_a_container_with_metrics_checkpoints_env_mounts_and_hook(
         dcluster,
         batches=10,
         hparams={"log_lines": 2, "checkpoint_every": 5},
+        # Both checkpoints are checked below: the default policy (latest 1, best 1) lets the
+        # master's GC pass (every 5 s, while trials run) delete the one at step 5, which has no
+        # validation and is not the latest (a loaded run's failure: its state.json was gone).
+        checkpoint_storage={"save_trial_latest": 2},
         entrypoint=entrypoint,
         environment={"environment_variables": ["MY_VAR=hello-env"]},
         bind_mounts=[{"host_path": str(data), "container_path": "/mnt/data", "read_only": True}],
@@ -89,7 +93,10 @@ def test_trial_runs_in_a_container_with_metrics_checkpoints_env_mounts_and_hook(
     assert [m["steps_completed"] for m in metrics] == list(range(1, 11))
     ckpts = dcluster.det_json("checkpoint", "list", "--trial", str(trial["id"]))
     ckpts = ckpts["checkpoints"] if isinstance(ckpts, dict) else ckpts
-    assert sorted(c["steps_completed"] for c in ckpts) == [5, 10]
+    assert sorted((c["steps_completed"], c["state"]) for c in ckpts) == [
+        (5, "ACTIVE"),
+        (10, "ACTIVE"),
+    ]
     for c in ckpts:  # written inside the container, found on the host where the master looks
         assert (dcluster.ckpt_dir / c["uuid"] / "state.json").exists()
     logs = "\n".join(dcluster.logs(trial["id"]))
