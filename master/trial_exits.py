@@ -64,6 +64,11 @@ def decide(f: ExitFacts) -> Outcome:
         return Outcome.PAUSED
     if f.trial_state != State.ACTIVE:
         return Outcome.ALREADY_ENDED
+    if f.kill_requested:
+        # The user's kill is the last word, however the process ended: a harness that turns
+        # the SIGTERM into a checkpoint and exits 0 (or an agent that shuts down meanwhile)
+        # must not complete or requeue a trial its user killed (Determined: CANCELED).
+        return Outcome.KILLED
     if f.invalid_hp and (f.ok or f.exit_code is not None):
         return Outcome.INVALID_HP
     if f.closing and f.trained_enough and (f.ok or f.preempt_requested):
@@ -79,8 +84,6 @@ def decide(f: ExitFacts) -> Outcome:
         return Outcome.REQUEUE
     if f.ok:
         return Outcome.EXITED_OK
-    if f.kill_requested:
-        return Outcome.KILLED
     budget = f.max_restarts
     if f.cause is not None and not f.cause.retryable:
         budget = min(budget, f.restarts)  # retrying cannot help: fail now

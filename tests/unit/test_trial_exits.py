@@ -64,6 +64,16 @@ BASE = ExitFacts(
         ),
         ({"exit_code": None, "cause": ExitCause.INSTANCE_INTERRUPTED}, Outcome.REQUEUE, None),
         ({"exit_code": 1, "kill_requested": True}, Outcome.KILLED, State.CANCELED),
+        # Killed, and its harness turned the SIGTERM into a checkpoint and exited 0 (the
+        # stop 49 CI failure: the trial read COMPLETED), or it had done its work, or its
+        # agent was shutting down: the user's kill still decides.
+        ({"kill_requested": True}, Outcome.KILLED, State.CANCELED),
+        ({"kill_requested": True, "trained_enough": True}, Outcome.KILLED, State.CANCELED),
+        (
+            {"kill_requested": True, "exit_code": -15, "cause": ExitCause.AGENT_SHUTDOWN},
+            Outcome.KILLED,
+            State.CANCELED,
+        ),
         ({"exit_code": 1}, Outcome.RESTART, None),
         ({"exit_code": None, "cause": ExitCause.AGENT_LOST}, Outcome.RESTART, None),
         ({"exit_code": 1, "restarts": 5}, Outcome.FAILED, State.ERROR),
