@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from master.instance_lock import MasterAlreadyRunning, MasterLock
+from tests.cluster import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,9 +66,24 @@ def test_a_master_that_loses_its_lock_to_another_one_stops(
     admin.autocommit = True
     with admin.cursor() as cur:  # the database drops the first master's lock session
         cur.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "SELECT pid FROM pg_stat_activity "
             "WHERE application_name = 'detlab-master' AND datname = current_database()"
         )
+        pids = [row[0] for row in cur.fetchall()]
+        assert pids, "the first master's lock session is not in pg_stat_activity"
+        cur.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s) AS pid", (pids,))
+
+        # pg_terminate_backend returns once the signal is sent, not once the session has ended:
+        # its advisory lock can still be held a moment later (a fresh clone's unit run took the
+        # second lock too soon and got MasterAlreadyRunning). Wait for the lock itself to go.
+        def lock_gone() -> bool:
+            cur.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = ANY(%s)",
+                (pids,),
+            )
+            return cur.fetchone()[0] == 0
+
+        wait_for(lock_gone, timeout=30, interval=0.02, what="the killed session's lock to go")
     admin.close()
     second = MasterLock(pg_url)  # ... and another master takes the database meanwhile
     reasons: list[str] = []
