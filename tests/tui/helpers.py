@@ -53,7 +53,9 @@ async def wait_until(pilot: Pilot, pred: Any, timeout: float = 30.0, what: str =
             return value
         await asyncio.sleep(0.05)
         await pilot.pause()
-    raise AssertionError(f"timed out waiting for {what or pred}")
+    # What the app told its user (an action's answer or error) is often the cause.
+    toasts = getattr(pilot.app, "toast_log", [])[-5:]
+    raise AssertionError(f"timed out waiting for {what or pred}; last toasts: {toasts}")
 
 
 def sync(fn: Any) -> Any:
