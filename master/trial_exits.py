@@ -65,9 +65,10 @@ def decide(f: ExitFacts) -> Outcome:
     if f.trial_state != State.ACTIVE:
         return Outcome.ALREADY_ENDED
     if f.kill_requested:
-        # The user's kill is the last word, however the process ended: a harness that turns
-        # the SIGTERM into a checkpoint and exits 0 (or an agent that shuts down meanwhile)
-        # must not complete or requeue a trial its user killed (Determined: CANCELED).
+        # The user's kill is the last word, however the process ended: a script that hears
+        # the kill as "preempt" (the preemption poll answers yes), checkpoints and exits 0
+        # before the SIGTERM lands, or an agent that shuts down meanwhile, must not complete
+        # or requeue a trial its user killed (Determined: CANCELED).
         return Outcome.KILLED
     if f.invalid_hp and (f.ok or f.exit_code is not None):
         return Outcome.INVALID_HP

@@ -64,7 +64,7 @@ BASE = ExitFacts(
         ),
         ({"exit_code": None, "cause": ExitCause.INSTANCE_INTERRUPTED}, Outcome.REQUEUE, None),
         ({"exit_code": 1, "kill_requested": True}, Outcome.KILLED, State.CANCELED),
-        # Killed, and its harness turned the SIGTERM into a checkpoint and exited 0 (the
+        # Killed, and its script heard "preempt", checkpointed and exited 0 (the
         # stop 49 CI failure: the trial read COMPLETED), or it had done its work, or its
         # agent was shutting down: the user's kill still decides.
         ({"kill_requested": True}, Outcome.KILLED, State.CANCELED),
