@@ -128,7 +128,6 @@ def ingest(trial: Trial, reports: Any, batch_id: str | None = None) -> int:
         # After the commit: taking the state lock while holding the trial's row lock could
         # deadlock with a transition that holds the lock and waits for the row.
         _to_searcher(trial, rows)
-        db.session.commit()
     return len(rows)
 
 
@@ -215,6 +214,9 @@ def _to_searcher(trial: Trial, rows: list[dict[str, Any]]) -> None:
     ]
     with state_lock():
         searcher_validation_metrics(trial.experiment, trial, reports)
+        # Before the lock is let go: the searcher's writes hold their rows until the commit,
+        # and a writer that takes the lock next may need them in another order.
+        db.session.commit()
 
 
 _COPY_SQL = 'COPY metrics (trial_id, "group", steps_completed, metrics, reported_at) FROM STDIN'

@@ -142,6 +142,11 @@ def set_progress(trial_id: int, progress: float) -> None:
         progress_at[trial.experiment_id] = now
         with state_lock():
             update_progress(trial.experiment)
+            # Committed before the lock is let go: this transaction holds the trial's row (its
+            # query flushed it) and is about to write the experiment's. A kill that took the lock
+            # next writes them in the other order, and PostgreSQL would abort one of the two.
+            db.session.commit()
+        return
     db.session.commit()
 
 
