@@ -193,11 +193,14 @@ class DetTUI(App):
         self.refresh_timer = self.set_interval(seconds, self.refresh_cluster)
 
     # ---- the app-wide data: agents + job queue (header, GPU and queue views) -------------------
-    def refresh_cluster(self, now: bool = False) -> None:
+    def refresh_cluster(self, now: bool = False) -> Worker | None:
+        """Fetch the app-wide data in a worker (returned); with `now`, a new fetch that replaces
+        the running one, whose answer is then dropped."""
         running = self._cluster_worker
         if running is not None and running.is_running and not now:
-            return  # a slow master: never two refreshes at once
+            return None  # a slow master: never two refreshes at once
         self._cluster_worker = self._fetch_cluster()
+        return self._cluster_worker
 
     @work(thread=True, exclusive=True, group="cluster", exit_on_error=False)
     def _fetch_cluster(self) -> None:

@@ -132,9 +132,17 @@ async def test_priority_keys_change_the_masters_queue(cluster: Cluster, tmp_path
         )
         order = [j["job_id"] for j in jobs()]
         if order.index(str(third)) > order.index(str(second)):
-            # the view must show the master's current order before "move up" means "ahead of
-            # the job above"
-            await wait_until(pilot, lambda: [r.key for r in table.rows] == order, 30, "order")
+            # The view must show the master's current order before "move up" means "ahead of
+            # the job above", and from answers fetched after `-` landed: the rows from before
+            # `+` have the same order, and an answer fetched between `+` and `-` (the third job
+            # first) could still land after them and make `K` say "already first" (run 11).
+            # Two refreshes started now: rows built from anything older have landed by the
+            # second one's end.
+            for _ in range(2):
+                fresh = app.refresh_cluster(now=True)
+                assert fresh is not None
+                await wait_until(pilot, lambda w=fresh: w.is_finished, 30, "a refresh after `-`")
+                await wait_until(pilot, lambda: [r.key for r in table.rows] == order, 30, "order")
             await wait_until(pilot, lambda: table.current.key == str(third))
             # the key is offered (we know who we are, the row is ours) before it is pressed
             await wait_until(pilot, lambda: app.screen.check_action("move_ahead", ()), 30, "K")
