@@ -11,7 +11,6 @@ then its trials').
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from flask import Flask
@@ -20,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from master.context import EXTENSION
 from tests.api.conftest import login, start_one, submit, trial_auth
+from tests.cluster import wait_for
 
 
 class WatchedLock:
@@ -102,12 +102,14 @@ def test_a_progress_report_and_a_kill_at_once_both_go_through(app: Flask) -> Non
         assert at_commit.wait(30), "the progress report never reached its commit"
         b = threading.Thread(target=kill)
         b.start()
+
         # The kill goes as far as it can: to the state lock (the report still holds it), or,
         # were the lock let go before the commit, into PostgreSQL behind the report's trial row.
-        deadline = time.monotonic() + 30
-        while not (killer.get("ident") in lock.waiting or _waits_in_postgres(app)):
-            assert b.is_alive() and time.monotonic() < deadline, killer
-            time.sleep(0.01)
+        def kill_is_blocked() -> bool:
+            assert b.is_alive(), killer  # a kill that finished first would prove nothing
+            return killer.get("ident") in lock.waiting or _waits_in_postgres(app)
+
+        wait_for(kill_is_blocked, 30, 0.01, what="the kill to block")
         go.set()
         a.join(30)
         b.join(30)
