@@ -45,8 +45,11 @@ def docker_client(docker_image: str) -> Iterator[Any]:
 
 
 def agent_containers(client: Any, agent_id: str, **filters: Any) -> list[Any]:
+    # The SDK lists ids, then inspects each one; the agent may remove a container in between
+    # (run 19: the docker_agent fixture's teardown, which runs while the agent still disposes of
+    # its finished trial, got a 404 from the inspect). A container gone by then is not listed.
     return client.containers.list(
-        all=True, filters={"label": f"{LABEL_AGENT}={agent_id}", **filters}
+        all=True, filters={"label": f"{LABEL_AGENT}={agent_id}", **filters}, ignore_removed=True
     )
 
 
