@@ -66,7 +66,7 @@ def port_range(index: int) -> range:
     return range(start, start + PORTS_PER_WORKER)
 
 
-def _bindable(port: int) -> bool:
+def bindable(port: int) -> bool:
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -82,6 +82,6 @@ def worker_port(index: int) -> int:
     for _ in ports:
         offset = _next.get(index, 0)
         _next[index] = (offset + 1) % len(ports)
-        if _bindable(ports[offset]):
+        if bindable(ports[offset]):
             return ports[offset]
     raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1} (xdist worker gw{index})")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import ROOT, free_port, wait_for
+from tests.xdist_groups import bindable
 
 pytestmark = pytest.mark.integration
 
@@ -27,20 +27,11 @@ UP = ROOT / "scripts" / "slurm" / "up"
 DOWN = ROOT / "scripts" / "slurm" / "down"
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _two_ports() -> int:
     """A port P, free now, with P + 1 free too (slurmctld on P, the one slurmd on P + 1)."""
     for _ in range(50):
         port = free_port()
-        if _bindable(port + 1):
+        if bindable(port + 1):
             return port
     raise RuntimeError("no two free ports in a row")
 
