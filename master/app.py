@@ -15,6 +15,7 @@ from flask import Flask
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from master import lock_order
 from master.api._guard import StrictJSONProvider, check_request_text, enforce_body_limit
 from master.auth import authenticate, load_or_create_agent_token
 from master.config import MasterConfig
@@ -92,6 +93,8 @@ def prepare_database(app: Flask) -> None:
         if db.engine.dialect.name == "sqlite":
             event.listen(db.engine, "connect", _sqlite_pragmas)
             db.engine.dispose()
+        if master_state().check_lock_order:
+            lock_order.watch(db.engine)
         upgrade(db.engine)
         ensure_admin()
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Flask, current_app
 
+from master import lock_order
 from master.config import MasterConfig
 from master.log_tail import LogTails
 from master.login_throttle import LoginThrottle, parse_limits
@@ -162,6 +163,8 @@ class MasterState:
     # own transaction: one master owns the cluster's state, so one lock keeps transitions free of
     # races on SQLite and PostgreSQL alike. The hot paths (metrics, logs) do not take it.
     state_lock: threading.RLock = field(default_factory=threading.RLock)
+    # Check that no transaction takes `state_lock` after writing (master/lock_order.py).
+    check_lock_order: bool = field(default_factory=lock_order.enabled)
     hub: Hub = field(default_factory=Hub)
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     scheduling: SchedulingMemory = field(default_factory=SchedulingMemory)
@@ -191,4 +194,11 @@ def master_state() -> MasterState:
 
 
 def state_lock() -> threading.RLock:
-    return master_state().state_lock
+    """The lock every state transition runs under; take it before the transaction's first
+    write (master/lock_order.py says why, and checks it under `DET_CHECK_LOCK_ORDER=1`)."""
+    state = master_state()
+    if state.check_lock_order:
+        from master.db import db
+
+        lock_order.check(state.state_lock, db.session())
+    return state.state_lock

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from master import lock_order
 from tests import xdist_groups
 from tests.cluster import (
     Cluster,
@@ -19,6 +20,11 @@ from tests.cluster import (
     drop_pg_database,
     release_cluster_dir,
 )
+
+# Every master the tests start, in process or not, checks its lock order (master/lock_order.py):
+# a transaction taking the state lock after writing raises instead of deadlocking on SQLite now
+# and then.
+os.environ[lock_order.ENV] = "1"
 
 # Skipped tests fail the run unless opted out (DET_SKIP_DOCKER_SETUP=1, DET_SKIP_TMUX_TESTS=1).
 pytest_plugins = ["tests.skipguard"]
@@ -71,11 +77,16 @@ def cluster_factory(tmp_path: Path) -> Iterator:
         return c
 
     yield make
+    broken = []
     for i, (c, url) in enumerate(made):
         c.stop()
+        if "LockOrderError" in c.read_log("master"):
+            broken.append(f"cluster{i}")
         if url:
             drop_pg_database(url)
         release_cluster_dir(tmp_path, f"cluster{i}")
+    if broken:  # its log is kept in tmp_path/clusterN/master.log
+        pytest.fail(f"the master of {', '.join(broken)} broke its lock order (LockOrderError)")
 
 
 @pytest.fixture

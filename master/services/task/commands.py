@@ -27,7 +27,7 @@ from master.notify import hub, task_key, task_logs_key
 from master.rm.registry import resource_manager
 from master.services.agent.agent_users import task_user
 from master.services.queue.kicker import request_schedule
-from master.services.task.task_context import Upload, add_with_context
+from master.services.task.task_context import Upload, add_with_context, check_context
 from master.services.task.tasks import get_task, live_allocation_of
 from master.services.transitions import born, set_task_state
 from master.services.trial.logs import write_task_line
@@ -192,8 +192,9 @@ def create_command(
             "slurm": config["slurm"],
         },
     )
-    add_with_context(task, context)
-    with state_lock():
+    check_context(context)
+    with state_lock():  # before the first write (master/lock_order.py)
+        add_with_context(task, context)
         born("task", task.id, TaskState.ACTIVE, "command submitted")
         db.session.commit()
     request_schedule()

@@ -22,7 +22,7 @@ from master.models import Task
 from master.services.queue.kicker import request_schedule
 from master.services.task.commands import parse_resources_environment, parse_task_bind_mounts
 from master.services.task.task_config import split, task_slurm
-from master.services.task.task_context import Upload, add_with_context
+from master.services.task.task_context import Upload, add_with_context, check_context
 from master.services.transitions import born
 from master.states import TaskState, TaskType
 
@@ -164,8 +164,9 @@ def create_proxied_task(
             "slurm": config.get("slurm"),
         },
     )
-    add_with_context(task, context)
-    with state_lock():
+    check_context(context)
+    with state_lock():  # before the first write (master/lock_order.py)
+        add_with_context(task, context)
         born("task", task.id, TaskState.ACTIVE, f"{kind.value.lower()} started")
         db.session.commit()
     request_schedule()

@@ -1,11 +1,11 @@
 """A task's `--context` (Determined's `det cmd run|notebook start|shell start -c DIR`): the
 directory's .tar.gz, checked, kept in `task_context_chunks` and read back by the task alone.
 
-- Arriving (`add_with_context`): over the master's `max_model_def_bytes` (Determined's 95 MB
-  context limit is the model definition's, so is detlab's) is a 413 naming the limit; an archive
-  that does not read to its end is a 400, so is one with a member that could escape the task's
-  directory (detlab/tar_safety.py). Either way nothing is stored: the task row and its chunks
-  share one transaction.
+- Arriving (`check_context`, then `add_with_context`): over the master's `max_model_def_bytes`
+  (Determined's 95 MB context limit is the model definition's, so is detlab's) is a 413 naming
+  the limit; an archive that does not read to its end is a 400, so is one with a member that
+  could escape the task's directory (detlab/tar_safety.py). Either way nothing is stored: the
+  task row and its chunks share one transaction.
 - Leaving (`context_of`): only the task's own session token (its allocation's, revoked when the
   allocation ends) reads it; its owner's login does not need it, and anybody else's token (another
   task's, another user's) is refused. The task's launcher (harness/task_context.py) unpacks it.
@@ -66,15 +66,24 @@ def check_archive(source: Upload) -> None:
         stream.seek(start)
 
 
+def check_context(context: Upload | None) -> None:
+    """Refuse an archive over the limit (413) or one that is corrupt or unsafe (400) before
+    anything is written. Call it outside the state lock: reading ~96 MB must not stall the
+    scheduler."""
+    if context is None:
+        return
+    if _size(context) > limit_bytes():
+        raise TooLarge(_too_large(limit_bytes()))
+    check_archive(context)
+
+
 def add_with_context(task: Task, context: Upload | None) -> None:
-    """Insert `task` (not committed) and, with `context`, its checked archive. Outside the
-    state lock: copying up to ~96 MB must not stall the scheduler; the rows stay invisible until
-    the caller commits, and a refusal rolls both back."""
+    """Insert `task` (not committed) and, with `context` (passed `check_context` first), its
+    archive. Under the caller's state lock, taken before these first writes (on SQLite a write
+    made before waiting for the lock deadlocks: master/lock_order.py), as an experiment's model
+    definition is stored; the rows stay invisible until the caller commits, and a refusal rolls
+    both back."""
     limit = limit_bytes()
-    if context is not None:
-        if _size(context) > limit:
-            raise TooLarge(_too_large(limit))
-        check_archive(context)
     db.session.add(task)
     db.session.flush()
     if context is None:
