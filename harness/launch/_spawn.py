@@ -205,6 +205,9 @@ def launch_workers(
         env.update(extra_env or {})
         env.update(workers.env(local))
         env["PYTHONUNBUFFERED"] = "1"
+        # A worker killed by a native signal (SIGABRT from a library's C++ thread, SIGSEGV)
+        # prints every Python thread's stack first, so its log says where it was.
+        env.setdefault("PYTHONFAULTHANDLER", "1")
         rank = workers.base_rank + local
         proc = subprocess.Popen(
             list(argv),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -115,6 +116,24 @@ def test_torch_launcher_fails_when_a_worker_fails(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 3
     assert "worker rank 1 exited with code 3" in r.stderr
+
+
+def test_a_worker_that_aborts_shows_where_it_was(tmp_path: Path) -> None:
+    """A native abort (as a library thread's "terminate called" raises) prints the worker's
+    Python stack into its log before the launcher reports the signal."""
+    (tmp_path / "script.py").write_text(
+        "import os, time\n"
+        "def finishing():\n    os.abort()\n"
+        "if os.environ['RANK'] == '1':\n    finishing()\ntime.sleep(60)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "harness.launch.torch_distributed", "--nproc", "2", "script.py"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "DET_WORKER_KILL_GRACE": "2"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "worker rank 1 exited with code -6" in r.stderr, r.stderr[-2000:]
+    assert "[rank=1] Fatal Python error: Aborted" in r.stderr
+    assert re.search(r"\[rank=1\] .*line 3 in finishing", r.stderr), r.stderr[-2000:]
 
 
 def test_workers_found_dead_in_one_poll_are_all_named(capsys: pytest.CaptureFixture[str]) -> None:
