@@ -151,3 +151,22 @@ def test_a_stopped_slurmctld_comes_back_with_its_jobs(own_slurm: Slurm) -> None:
     out = s.up()
     assert "cold start" not in out, out
     wait_for(lambda: s.state(job) == "RUNNING", 30, what=f"job {job} to be found again")
+
+
+def test_down_leaves_alone_a_process_that_took_a_recorded_pid(tmp_path: Path) -> None:
+    """After a restart a recorded pid may be another program's: down kills only the daemon it
+    recorded (slurmctld, slurmd, munged) and drops the stale pid files."""
+    bystander = subprocess.Popen(["sleep", "600"])
+    try:
+        (tmp_path / "run").mkdir()
+        (tmp_path / "munge").mkdir()
+        files = [tmp_path / "run" / n for n in ("slurmctld.ours", "slurmd.ours", "slurmd.n2.ours")]
+        for f in [*files, tmp_path / "munge" / "munged.pid"]:
+            f.write_text(f"{bystander.pid}\n")
+        done = subprocess.run(["bash", str(DOWN), str(tmp_path)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert bystander.poll() is None, "down killed a process that is none of its daemons"
+        assert not any(f.exists() for f in files)
+    finally:
+        bystander.kill()
+        bystander.wait()
