@@ -105,15 +105,21 @@ def test_torch_launcher_runs_a_core_api_script_on_n_workers(tmp_path: Path) -> N
     assert "[rank=1] worker 1 2 1 [0, 10] from-0" in r.stdout
 
 
-def test_torch_launcher_fails_when_a_worker_fails(tmp_path: Path) -> None:
-    (tmp_path / "script.py").write_text(
-        "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)\n"
-    )
-    r = subprocess.run(
+def _two_workers_of(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """`script.py` on two workers of the torch launcher, the survivor stopped after 2 s."""
+    (tmp_path / "script.py").write_text(script)
+    return subprocess.run(
         [sys.executable, "-m", "harness.launch.torch_distributed", "--nproc", "2", "script.py"],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "DET_WORKER_KILL_GRACE": "2"},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+def test_torch_launcher_fails_when_a_worker_fails(tmp_path: Path) -> None:
+    r = _two_workers_of(
+        tmp_path,
+        "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)\n",
+    )
     assert r.returncode == 3
     assert "worker rank 1 exited with code 3" in r.stderr
 
@@ -121,16 +127,12 @@ def test_torch_launcher_fails_when_a_worker_fails(tmp_path: Path) -> None:
 def test_a_worker_that_aborts_shows_where_it_was(tmp_path: Path) -> None:
     """A native abort (as a library thread's "terminate called" raises) prints the worker's
     Python stack into its log before the launcher reports the signal."""
-    (tmp_path / "script.py").write_text(
+    r = _two_workers_of(
+        tmp_path,
         "import os, time\n"
         "def finishing():\n    os.abort()\n"
-        "if os.environ['RANK'] == '1':\n    finishing()\ntime.sleep(60)\n"
+        "if os.environ['RANK'] == '1':\n    finishing()\ntime.sleep(60)\n",
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "harness.launch.torch_distributed", "--nproc", "2", "script.py"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), "DET_WORKER_KILL_GRACE": "2"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
     assert "worker rank 1 exited with code -6" in r.stderr, r.stderr[-2000:]
     assert "[rank=1] Fatal Python error: Aborted" in r.stderr
     assert re.search(r"\[rank=1\] .*line 3 in finishing", r.stderr), r.stderr[-2000:]
