@@ -156,7 +156,7 @@ def test_a_stopped_slurmctld_comes_back_with_its_jobs(own_slurm: Slurm) -> None:
 def test_down_leaves_alone_a_process_that_took_a_recorded_pid(tmp_path: Path) -> None:
     """After a restart a recorded pid may be another program's: down kills only the daemon it
     recorded (slurmctld, slurmd, munged) and drops the stale pid files."""
-    bystander = subprocess.Popen(["sleep", "600"])
+    bystander = subprocess.Popen(["tail", "-f", "/dev/null"])  # lives until killed
     try:
         (tmp_path / "run").mkdir()
         (tmp_path / "munge").mkdir()

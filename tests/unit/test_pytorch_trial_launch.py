@@ -106,7 +106,8 @@ def test_torch_launcher_runs_a_core_api_script_on_n_workers(tmp_path: Path) -> N
 
 
 def _two_workers_of(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
-    """`script.py` on two workers of the torch launcher, the survivor stopped after 2 s."""
+    """`script.py` on two workers of the torch launcher. The survivor waits (`signal.pause()`)
+    for the SIGTERM the launcher sends once the other worker has failed."""
     (tmp_path / "script.py").write_text(script)
     return subprocess.run(
         [sys.executable, "-m", "harness.launch.torch_distributed", "--nproc", "2", "script.py"],
@@ -118,7 +119,7 @@ def _two_workers_of(tmp_path: Path, script: str) -> subprocess.CompletedProcess[
 def test_torch_launcher_fails_when_a_worker_fails(tmp_path: Path) -> None:
     r = _two_workers_of(
         tmp_path,
-        "import os, sys, time\nif os.environ['RANK'] == '1': sys.exit(3)\ntime.sleep(60)\n",
+        "import os, signal, sys\nif os.environ['RANK'] == '1': sys.exit(3)\nsignal.pause()\n",
     )
     assert r.returncode == 3
     assert "worker rank 1 exited with code 3" in r.stderr
@@ -129,9 +130,9 @@ def test_a_worker_that_aborts_shows_where_it_was(tmp_path: Path) -> None:
     Python stack into its log before the launcher reports the signal."""
     r = _two_workers_of(
         tmp_path,
-        "import os, time\n"
+        "import os, signal\n"
         "def finishing():\n    os.abort()\n"
-        "if os.environ['RANK'] == '1':\n    finishing()\ntime.sleep(60)\n",
+        "if os.environ['RANK'] == '1':\n    finishing()\nsignal.pause()\n",
     )
     assert "worker rank 1 exited with code -6" in r.stderr, r.stderr[-2000:]
     assert "[rank=1] Fatal Python error: Aborted" in r.stderr
