@@ -72,8 +72,9 @@ def check_context(context: Upload | None) -> None:
     scheduler."""
     if context is None:
         return
-    if _size(context) > limit_bytes():
-        raise TooLarge(_too_large(limit_bytes()))
+    limit = limit_bytes()
+    if _size(context) > limit:
+        raise TooLarge(_too_large(limit))
     check_archive(context)
 
 
