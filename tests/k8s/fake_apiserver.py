@@ -197,6 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Connection", "close")  # see _watch
         self.end_headers()
         sent = 0
         with fc.cond:  # how many follow streams are open at once (tests bound it)
@@ -264,6 +265,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
+        # The stream's connection is closed at its end, so say so: without this header the
+        # client pooled it after the last chunk and, when the close came late (a loaded run 34),
+        # sent its next request on it and got "Remote end closed connection without response".
+        self.send_header("Connection", "close")
         self.end_headers()
 
         def emit(event: dict[str, Any]) -> None:
