@@ -370,13 +370,19 @@ class ProcessRuntime(Runtime):
         self._spawner.close()
 
 
-def _check_reachable(work_dir: Path, harness: str | None) -> None:
-    """Trials run as other users: they must pass through to their work dir, the harness and
-    this interpreter. Raises ValueError naming the directories that stop them."""
+def unreachable_dirs(work_dir: Path, harness: str | None) -> list[str]:
+    """The directories (no o+x) that stop trials running as other users from passing through
+    to their work dir, the harness and this interpreter."""
     blocked: list[str] = []
     for path in (str(work_dir), harness or "", *python_dirs()):
         if path:
             blocked += [d for d in unreachable_ancestors(path) if d not in blocked]
+    return blocked
+
+
+def _check_reachable(work_dir: Path, harness: str | None) -> None:
+    """Raises ValueError naming the `unreachable_dirs` of an isolating agent."""
+    blocked = unreachable_dirs(work_dir, harness)
     if blocked:
         raise ValueError(
             "trials run as other Unix users and cannot pass through "

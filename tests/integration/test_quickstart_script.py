@@ -18,11 +18,16 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
     env = dict(os.environ)
     for key in ("DET_MASTER", "DET_USER", "DET_PASSWORD", "DET_AGENT_TOKEN", "DET_DB_URL"):
         env.pop(key, None)
+    # Run as root, the quick start's agent runs the trial as another Unix user, which must
+    # reach its directories: not under pytest's 0700 tmp_path (tests/cluster.py). A 0700
+    # directory on the way, as root's home with pyenv in it on a fresh machine, the script opens
+    # for passing through (o+x) and says so; the agent would refuse to start otherwise.
+    closed = cluster_dir(tmp_path, "qs") / "closed"
+    closed.mkdir(mode=0o700)
+    data = closed / "qs"
     env.update(
         DET_PORT=str(free_port()),
-        # Run as root, the quick start's agent runs the trial as another Unix user, which must
-        # reach its directories: not under pytest's 0700 tmp_path (tests/cluster.py).
-        DET_QUICKSTART_DIR=str(cluster_dir(tmp_path, "qs")),
+        DET_QUICKSTART_DIR=str(data),
         DET_CONFIG_DIR=str(tmp_path / "cli"),
     )
     try:
@@ -36,17 +41,19 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
         )
         out = r.stdout + r.stderr
         assert r.returncode == 0, out[-4000:]
+        assert f"giving others search permission on {closed} " in out
+        assert closed.stat().st_mode & 0o777 == 0o701
         assert "COMPLETED" in out
         assert "latest checkpoint" in out
         assert re.search(r"web page: http://\S+/experiments/\d+", out)
         assert re.search(r"^  scripts/quickstart stop +# ", out, re.M), out[-3000:]
-        assert (tmp_path / "qs" / "detlab.sqlite").exists(), "the embedded database was used"
+        assert (data / "detlab.sqlite").exists(), "the embedded database was used"
         # progress, no password on the terminal, one agent token file (the master's)
         assert "[1/5]" in out and "[5/5]" in out
-        password = (tmp_path / "qs" / "admin-password").read_text().strip()
+        password = (data / "admin-password").read_text().strip()
         assert password not in out and "admin-password" in out
-        assert (tmp_path / "qs" / "agent_token").exists()
-        assert not (tmp_path / "qs" / "agent-token").exists()
+        assert (data / "agent_token").exists()
+        assert not (data / "agent-token").exists()
         assert "source .venv/bin/activate" in out
         # The next steps are copyable whole: every line is a command, its words after `#` a
         # comment; two of them run as pasted.
@@ -84,6 +91,6 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
             timeout=120,
         )
     assert stop.returncode == 0 and "stopped" in stop.stdout
-    assert not (tmp_path / "qs" / "master.pid").exists()
-    assert not (tmp_path / "qs" / "agent.pid").exists()
+    assert not (data / "master.pid").exists()
+    assert not (data / "agent.pid").exists()
     release_cluster_dir(tmp_path, "qs")
