@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +57,16 @@ class Slurm:
 
     def state(self, job: str) -> str:
         return self.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T").strip()
+
+    def saved(self, job: str) -> None:
+        """Wait until slurmctld has saved `job` as it is now. It writes its state file a moment
+        after a change: killed before that, it comes back with the job as it was (a running job
+        as pending, which it then starts a second time and drains the node for). A comment
+        set now is in the file only once a save taken after it (and so after the start) is."""
+        marker = f"detlab-saved-{uuid.uuid4().hex[:12]}"
+        self.run("scontrol", "update", f"JobId={job}", f"Comment={marker}")
+        state = self.root / "state" / "job_state"
+        wait_for(lambda: marker.encode() in state.read_bytes(), 30, what=f"job {job} to be saved")
 
     def jobs(self) -> list[str]:
         return self.run("squeue", "-h", "-o", "%i").split()
@@ -141,11 +152,13 @@ def test_a_stopped_slurmctld_comes_back_with_its_jobs(own_slurm: Slurm) -> None:
     job = s.submit(1, "sleep 600")
     wait_for(lambda: s.state(job) == "RUNNING", 60, what=f"job {job} to run")
     # Only slurmctld dies (its slurmd and the job go on): its saved jobs are real.
+    s.saved(job)
     _kill(s.daemon_pids("slurmctld"))
     out = s.up()
     assert "cold start" not in out, out
     wait_for(lambda: s.state(job) == "RUNNING", 30, what=f"job {job} to be found again")
     # Even with no daemon left, a job step still running keeps the start warm.
+    s.saved(job)
     _kill(s.daemon_pids("slurmctld", "slurmd"))
     assert s.processes("slurmstepd"), "the job's step died with slurmd"
     out = s.up()
