@@ -260,10 +260,14 @@ def test_trials_run_as_their_identity_warm_and_cold(tmp_path: Path, warm: bool, 
                     "slot_indexes": [0],
                 }
             )
-            rt.start(replace(spec, user=ALICE), tarball)
+            # A user of its own: hidepid=2 shows every process of the trial's uid, so another
+            # test's trial of the same user (this test's other variants run beside it on other
+            # workers) would be counted here (run 40: "PROCS 2 0").
+            user = TaskUser(user_id=7000 + 2 * warm + hide, username="alice")
+            rt.start(replace(spec, user=user), tarball)
             st = wait_exited(rt, "w")
             assert st["exit_code"] == 0, sink.of("w")
-            uid = DERIVED_UID_BASE + 3
+            uid = DERIVED_UID_BASE + user.user_id
             line = next(ln for ln in sink.of("w", "stdout") if ln.startswith("ID "))
             assert line.split()[1:5] == [str(uid), str(uid), "[]", "0o77"], line
             assert line.split()[5] == line.split()[6] == str(work / "work" / "w")
@@ -278,7 +282,7 @@ def test_trials_run_as_their_identity_warm_and_cold(tmp_path: Path, warm: bool, 
 
             # A trial that hides processes still gets its signals and reports its exit code.
             rt.start(
-                replace(spec, allocation_id="k", entrypoint="python3 whoami.py wait", user=ALICE),
+                replace(spec, allocation_id="k", entrypoint="python3 whoami.py wait", user=user),
                 tarball,
             )
             sink.wait_for("k", "PROCS ")
