@@ -20,7 +20,7 @@ from master.api._guard import StrictJSONProvider, check_request_text, enforce_bo
 from master.auth import authenticate, load_or_create_agent_token
 from master.config import MasterConfig
 from master.context import MasterState, init_master_state, master_state
-from master.db import db
+from master.db import db, keep_sqlite_private
 from master.errors import register_error_handlers
 from master.request_limits import CONFIG_BYTES
 
@@ -56,6 +56,7 @@ def create_app(config: MasterConfig) -> Flask:
     app = Flask("master")
     # Others may pass through (trials reach the default checkpoint storage below it), not list.
     config.data_dir.mkdir(mode=0o711, parents=True, exist_ok=True)
+    keep_sqlite_private(config.db_url)
     app.config.update(
         DET=config,
         SQLALCHEMY_DATABASE_URI=config.db_url,

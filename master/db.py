@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy import BigInteger, Integer, MetaData, Table
+from sqlalchemy import BigInteger, Integer, MetaData, Table, make_url
 from sqlalchemy.orm import DeclarativeBase
 
 # Stable constraint names so Alembic migrations can alter them on every backend.
@@ -37,6 +39,31 @@ def normalize_db_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg2://" + url[len(prefix) :]
     return url
+
+
+# SQLite gives a database's -wal, -shm and -journal files the database file's own mode.
+SQLITE_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def keep_sqlite_private(url: str) -> None:
+    """Make an embedded database file the master's alone (0600), creating it so if it is new.
+
+    Its directory lets others pass through (trials reach the default checkpoint storage below
+    the data dir), and SQLite would create the file with the umask's mode (0644): any trial
+    could then read every user's password hash, experiments and logs by path. A file an older
+    master made readable is tightened, with its -wal and -shm."""
+    parsed = make_url(url)
+    name = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not name or name == ":memory:":
+        return
+    if parsed.query.get("uri"):  # a file: URI names its file its own way; left to SQLite
+        return
+    path = Path(name)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for suffix in SQLITE_SIDE_FILES:
+        side = path.with_name(path.name + suffix)
+        if side.exists() and side.stat().st_mode & 0o077:
+            side.chmod(0o600)
 
 
 def utcnow() -> datetime:

@@ -150,3 +150,38 @@ def test_a_hostile_trial_gets_nothing_of_another_users_trial(cluster_factory) ->
     logs = "\n".join(cluster.logs(a_tid))
     assert "bob's code" not in logs and "Traceback" not in logs, logs[-3000:]
     cluster.det("experiment", "kill", str(a_exp["id"]))
+
+
+def test_a_trial_cannot_read_an_embedded_masters_database(cluster_factory) -> None:  # type: ignore[no-untyped-def]
+    """The quick start's layout: a SQLite master and its agent on one data dir. The dir lets
+    trials pass through (the default checkpoint storage is below it), so every file in it must
+    be the master's alone: the database holds every user's password hash, experiments and logs."""
+    cluster: Cluster = cluster_factory(db="sqlite")
+    cluster.start_agent("agent-1", 1, "--data-dir", str(cluster.data_dir))
+    bob, bob_id = user_client(cluster, "bob")
+    data = cluster.data_dir
+    db_files = [data / name for name in ("detlab.sqlite", "detlab.sqlite-wal", "detlab.sqlite-shm")]
+    assert all(p.exists() for p in db_files), sorted(os.listdir(data))
+    files = [p for p in data.iterdir() if p.is_file()]
+    targets = {
+        "read": [str(data), *(str(p) for p in files)],
+        "overwrite": [str(p) for p in db_files],
+        "agent_ids": ["agent-1"],
+    }
+    config = config_dict(
+        cluster.ckpt_dir,
+        name="hostile",
+        batches=1,
+        entrypoint="python3 hostile.py",
+        environment={"environment_variables": {"HOSTILE_TARGETS": json.dumps(targets)}},
+    )
+    exp = bob.create_experiment(json.dumps(config), build_model_def(HOSTILE_DIR))
+    cluster.wait_experiment(exp["id"], {"COMPLETED", "ERROR", "CANCELED"}, timeout=300)
+    got = findings_of(cluster, only_trial(cluster, exp["id"]))
+
+    assert got["uid"] == DERIVED_UID_BASE + bob_id
+    for kind in ("listed", "read", "overwrote", "acted_as_agent", "errors"):
+        assert got[kind] == [], f"bob's trial got {kind}: {got[kind]}"
+    for p in files:
+        assert p.stat().st_mode & 0o077 == 0, f"{p.name} is the master's (or agent's) alone"
+    assert cluster.get("/master")["cluster_name"] is not None, "the master still answers"
