@@ -48,6 +48,9 @@ def test_quickstart_script_trains_digits_to_completion(tmp_path: Path) -> None:
         assert re.search(r"web page: http://\S+/experiments/\d+", out)
         assert re.search(r"^  scripts/quickstart stop +# ", out, re.M), out[-3000:]
         assert (data / "detlab.sqlite").exists(), "the embedded database was used"
+        # The trial passed through this dir as another user: what is in it is not its to read.
+        for f in (f for f in data.iterdir() if f.is_file()):
+            assert f.stat().st_mode & 0o077 == 0, f"{f.name}: {oct(f.stat().st_mode)}"
         # progress, no password on the terminal, one agent token file (the master's)
         assert "[1/5]" in out and "[5/5]" in out
         password = (data / "admin-password").read_text().strip()
