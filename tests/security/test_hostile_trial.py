@@ -56,6 +56,20 @@ def findings_of(cluster: Cluster, trial_id: int) -> dict:
     return json.loads(lines[-1].removeprefix("FINDINGS "))
 
 
+def run_hostile(cluster: Cluster, client: Client, targets: dict) -> dict:
+    """Run tests/fixtures/hostile as `client`'s trial against `targets`; what it found."""
+    config = config_dict(
+        cluster.ckpt_dir,
+        name="hostile",
+        batches=1,
+        entrypoint="python3 hostile.py",
+        environment={"environment_variables": {"HOSTILE_TARGETS": json.dumps(targets)}},
+    )
+    exp = client.create_experiment(json.dumps(config), build_model_def(HOSTILE_DIR))
+    cluster.wait_experiment(exp["id"], {"COMPLETED", "ERROR", "CANCELED"}, timeout=300)
+    return findings_of(cluster, only_trial(cluster, exp["id"]))
+
+
 def test_a_hostile_trial_gets_nothing_of_another_users_trial(cluster_factory) -> None:  # type: ignore[no-untyped-def]
     cluster: Cluster = cluster_factory()
     cluster.start_agent("agent-1", slots=2)
@@ -106,17 +120,7 @@ def test_a_hostile_trial_gets_nothing_of_another_users_trial(cluster_factory) ->
     }
 
     # B: the hostile trial, on the same agent while A runs.
-    b_config = config_dict(
-        cluster.ckpt_dir,
-        name="hostile",
-        batches=1,
-        entrypoint="python3 hostile.py",
-        environment={"environment_variables": {"HOSTILE_TARGETS": json.dumps(targets)}},
-    )
-    b_exp = bob.create_experiment(json.dumps(b_config), build_model_def(HOSTILE_DIR))
-    cluster.wait_experiment(b_exp["id"], {"COMPLETED", "ERROR", "CANCELED"}, timeout=300)
-    b_tid = only_trial(cluster, b_exp["id"])
-    got = findings_of(cluster, b_tid)
+    got = run_hostile(cluster, bob, targets)
 
     assert got["uid"] == DERIVED_UID_BASE + bob_id, "bob's trial runs as bob's derived identity"
     # Its /proc shows its own processes alone (agent/runtime/_procfs.py): none of anyone
@@ -168,16 +172,7 @@ def test_a_trial_cannot_read_an_embedded_masters_database(cluster_factory) -> No
         "overwrite": [str(p) for p in db_files],
         "agent_ids": ["agent-1"],
     }
-    config = config_dict(
-        cluster.ckpt_dir,
-        name="hostile",
-        batches=1,
-        entrypoint="python3 hostile.py",
-        environment={"environment_variables": {"HOSTILE_TARGETS": json.dumps(targets)}},
-    )
-    exp = bob.create_experiment(json.dumps(config), build_model_def(HOSTILE_DIR))
-    cluster.wait_experiment(exp["id"], {"COMPLETED", "ERROR", "CANCELED"}, timeout=300)
-    got = findings_of(cluster, only_trial(cluster, exp["id"]))
+    got = run_hostile(cluster, bob, targets)
 
     assert got["uid"] == DERIVED_UID_BASE + bob_id
     for kind in ("listed", "read", "overwrote", "acted_as_agent", "errors"):
